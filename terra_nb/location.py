@@ -1,0 +1,247 @@
+"""Program location of an op: the frame chain from the op up to the loop's frame.
+
+The location of an op is the chain of ``(code, f_lasti)`` pairs of every frame between the op's
+wrapper and the *root frame* (the frame that runs the Terra loop). The chain tells apart different
+lines, several ops on one line (different instructions, or different lines inside a library call),
+and one helper reached from two call sites; the same instruction run again gives the same chain,
+which is how loops are recognised.
+
+Chains are interned to small ints (``loc`` ids) by ``LocationTable.locate``, the only function on
+the per-op hot path: a frame walk and one dict look-up. Everything else (file:line, the user loops
+around the op, iteration boundaries) is computed once per chain, off the hot path.
+"""
+
+from __future__ import annotations
+
+import dis
+import os
+import sysconfig
+from dataclasses import dataclass
+from types import CodeType, FrameType
+
+_MAX_DEPTH = 256
+
+_LIBRARY_DIRS = tuple(
+    sorted(
+        {
+            os.path.realpath(p) + os.sep
+            for key in ("stdlib", "platstdlib", "purelib", "platlib")
+            if (p := sysconfig.get_paths().get(key))
+        }
+        | {os.path.dirname(os.path.realpath(__file__)) + os.sep}
+    )
+)
+
+
+def is_user_code(code: CodeType) -> bool:
+    """True for code the user wrote: not the standard library, installed packages or terra-nb."""
+    name = code.co_filename
+    if name.startswith("<frozen"):
+        return False
+    return not os.path.realpath(name).startswith(_LIBRARY_DIRS)
+
+
+def loop_ranges(code: CodeType) -> tuple[tuple[int, int], ...]:
+    """Bytecode ranges ``(start, end)`` of the loops in ``code``: every backward jump is one loop.
+
+    ``yield from``/``await`` use a backward jump that is not a loop of the program; it is skipped.
+    Ranges are sorted outermost first.
+    """
+    ranges = []
+    for ins in dis.get_instructions(code):
+        if ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs:
+            target = ins.argval
+            is_backward = isinstance(target, int) and target < ins.offset
+            if is_backward and "NO_INTERRUPT" not in ins.opname:
+                ranges.append((target, ins.offset))
+    return tuple(sorted(set(ranges), key=lambda r: (r[0], -r[1])))
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSite:
+    """A user loop, identified by the call chain that reaches its frame and its bytecode start."""
+
+    id: int
+    file: str
+    line: int
+    function: str
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """What is known about one interned chain. ``frames`` go from the root frame inwards."""
+
+    id: int
+    frames: tuple[tuple[CodeType, int], ...]
+    user_frames: tuple[tuple[str, int, str], ...]  # (file, line, function), root first
+    loops: tuple[int, ...]  # enclosing user LoopSite ids, outermost first
+
+    @property
+    def text(self) -> str:
+        """``file:line`` of the innermost user frame (where the user wrote the op)."""
+        if not self.user_frames:
+            return "<library>"
+        file, line, _ = self.user_frames[-1]
+        return f"{os.path.basename(file)}:{line}"
+
+    @property
+    def function(self) -> str:
+        return self.user_frames[-1][2] if self.user_frames else ""
+
+
+def _line_of(code: CodeType, lasti: int) -> int:
+    for start, end, line in code.co_lines():
+        if start <= lasti < end and line is not None:
+            return line
+    return code.co_firstlineno
+
+
+class LocationTable:
+    """Interns frame chains; answers which user loops enclose an op and where iterations begin.
+
+    ``root`` is the frame running the Terra loop; ``root_lasti`` the instruction it was at when the
+    iteration began (inside the training loop itself, which is excluded from the user loops).
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple, int] = {}
+        self.locations: list[Location] = []
+        self.loops: list[LoopSite] = []
+        self._loop_ids: dict[tuple, int] = {}
+        self._codes: set[CodeType] = set()  # keeps code objects alive so their ids stay unique
+        self._ranges: dict[CodeType, tuple[tuple[int, int], ...]] = {}
+        self._user: dict[CodeType, bool] = {}
+        self._boundaries: dict[tuple[int, int], int | None] = {}
+        self.root: FrameType | None = None
+        self._excluded: frozenset[tuple[int, int]] = frozenset()
+
+    def set_root(self, root: FrameType) -> None:
+        """Make ``root`` the loop frame; loops around its current instruction are not user loops."""
+        self.root = root
+        lasti = root.f_lasti
+        self._excluded = frozenset(r for r in self._ranges_of(root.f_code) if r[0] <= lasti <= r[1])
+
+    def locate(self, frame: FrameType | None) -> int:
+        """Hot path: intern the chain from ``frame`` up to the root frame; return its loc id."""
+        root = self.root
+        start = frame
+        key: list = []
+        depth = 0
+        while frame is not None and depth < _MAX_DEPTH:
+            key.append(id(frame.f_code))
+            key.append(frame.f_lasti)
+            if frame is root:
+                break
+            frame = frame.f_back
+            depth += 1
+        tkey = tuple(key)
+        loc = self._ids.get(tkey)
+        if loc is None:
+            loc = self._intern(tkey, start)
+        return loc
+
+    # -- off the hot path -------------------------------------------------------------------
+
+    def _intern(self, key: tuple, frame: FrameType | None) -> int:
+        # Walk the same chain again to hold the code objects (the key only has their ids).
+        frames: list[tuple[CodeType, int]] = []
+        for _ in range(len(key) // 2):
+            frames.append((frame.f_code, frame.f_lasti))
+            frame = frame.f_back
+        frames.reverse()
+        for code, _ in frames:
+            self._codes.add(code)
+        loc = Location(
+            id=len(self.locations),
+            frames=tuple(frames),
+            user_frames=tuple(
+                (c.co_filename, _line_of(c, i), c.co_qualname)
+                for c, i in frames
+                if self._is_user(c)
+            ),
+            loops=self._user_loops(tuple(frames)),
+        )
+        self.locations.append(loc)
+        self._ids[key] = loc.id
+        return loc.id
+
+    def _is_user(self, code: CodeType) -> bool:
+        user = self._user.get(code)
+        if user is None:
+            user = self._user[code] = is_user_code(code)
+        return user
+
+    def _ranges_of(self, code: CodeType) -> tuple[tuple[int, int], ...]:
+        ranges = self._ranges.get(code)
+        if ranges is None:
+            ranges = self._ranges[code] = loop_ranges(code)
+        return ranges
+
+    def _loops_at(self, frames, j: int) -> list[tuple[int, int]]:
+        """Loop ranges of frame ``j`` that contain its instruction, outermost first."""
+        code, lasti = frames[j]
+        found = [r for r in self._ranges_of(code) if r[0] <= lasti <= r[1]]
+        if j == 0:
+            found = [r for r in found if r not in self._excluded]
+        return found
+
+    def _loop_id(self, frames, j: int, start: int) -> int:
+        key = (tuple((id(c), i) for c, i in frames[:j]), id(frames[j][0]), start)
+        lid = self._loop_ids.get(key)
+        if lid is None:
+            code = frames[j][0]
+            lid = self._loop_ids[key] = len(self.loops)
+            self.loops.append(
+                LoopSite(lid, code.co_filename, _line_of(code, start), code.co_qualname)
+            )
+        return lid
+
+    def _user_loops(self, frames) -> tuple[int, ...]:
+        out = []
+        for j, (code, _) in enumerate(frames):
+            if self._is_user(code):
+                out.extend(self._loop_id(frames, j, r[0]) for r in self._loops_at(frames, j))
+        return tuple(out)
+
+    def loop_text(self, loop: int) -> str:
+        """``file:line`` of a user loop."""
+        site = self.loops[loop]
+        return f"{os.path.basename(site.file)}:{site.line}"
+
+    def boundary(self, prev: int, loc: int) -> int | None:
+        """The user loop that starts a new iteration between two consecutive ops, or None.
+
+        An instruction runs again only through a backward jump. Going from ``prev`` to ``loc``,
+        the first frame where the chains differ tells where: a backward step inside one frame is
+        the innermost loop of that frame holding both instructions; otherwise the instruction of
+        the frame above ran again, and the innermost loop around it (searching outwards) iterated.
+        A loop in library code (an optimizer looping over variables) is not a user loop: its ops
+        stay a straight sequence, and no boundary is reported.
+        """
+        pair = (prev, loc)
+        if pair in self._boundaries:
+            return self._boundaries[pair]
+        result = self._compute_boundary(self.locations[prev].frames, self.locations[loc].frames)
+        self._boundaries[pair] = result
+        return result
+
+    def _compute_boundary(self, a, b) -> int | None:
+        k = 0
+        while k < len(a) and k < len(b) and a[k] == b[k]:
+            k += 1
+        if k < len(a) and k < len(b) and a[k][0] is b[k][0]:
+            if b[k][1] > a[k][1]:
+                return None  # forward in the same frame: same iteration
+            both = [r for r in self._loops_at(a, k) if r[0] <= b[k][1] <= r[1]]
+            if both:
+                return self._site(a, k, both[-1])
+        for j in range(min(k, len(a), len(b)) - 1, -1, -1):
+            around = self._loops_at(b, j)
+            if around:
+                return self._site(b, j, around[-1])
+        return None
+
+    def _site(self, frames, j: int, loop_range: tuple[int, int]) -> int | None:
+        if not self._is_user(frames[j][0]):
+            return None
+        return self._loop_id(frames, j, loop_range[0])
