@@ -1,0 +1,71 @@
+"""Execute a notebook headless in a real Jupyter kernel, print what it shows, save the result.
+
+    python -m kernel_ext.run_notebook notebooks/quickstart.ipynb [--out artifacts/] [--timeout S]
+
+Text outputs (streams, results, errors) of every cell are printed as the cell finishes; the executed
+notebook is written to ``--out`` (default ``artifacts/``). The exit status is 1 when a cell fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+
+def output_text(output: dict) -> str:
+    """The text a person would read in one cell output."""
+    kind = output.get("output_type")
+    if kind == "stream":
+        return output.get("text", "")
+    if kind in ("execute_result", "display_data"):
+        data = output.get("data", {})
+        return data.get("text/plain", "") + "\n" if "text/plain" in data else ""
+    if kind == "error":
+        return f"{output.get('ename')}: {output.get('evalue')}\n"
+    return ""
+
+
+def run(path: Path, out_dir: Path, timeout: int) -> int:
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={
+        "metadata": {"path": str(path.parent)}})
+    status = 0
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            try:
+                client.execute_cell(cell, index)
+            except CellExecutionError as error:
+                print(f"[cell {index}] failed:\n{error}", file=sys.stderr)
+                status = 1
+                break
+            finally:
+                text = "".join(output_text(o) for o in cell.get("outputs", []))
+                if text.strip():
+                    print(f"--- [cell {index}]\n{text.rstrip()}", flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / path.name
+    nbformat.write(nb, target)
+    print(f"executed notebook saved to {target}")
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebook", type=Path)
+    parser.add_argument("--out", type=Path, default=Path("artifacts"))
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    args = parser.parse_args(argv)
+    if not args.notebook.exists():
+        parser.error(f"no notebook at {args.notebook}")
+    return run(args.notebook, args.out, args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
