@@ -6,11 +6,14 @@ IPython; the notebook extension lives in ``kernel_ext`` (``%load_ext terra_nb``)
 
 from .errors import GraphError, TerraError, TerraUsageError
 from .session import MODES, IterationStats, Terra
+from .timeline import RunnerSpan, to_chrome_trace
 from .trace import Source, TensorSpec, Trace, TraceOp
 from .tracegraph import TraceGraph, TraceNode, check_graph
 
 __all__ = [
     "MODES",
+    "RunnerSpan",
+    "to_chrome_trace",
     "GraphError",
     "IterationStats",
     "Source",
@@ -25,3 +28,16 @@ __all__ = [
     "check_graph",
 ]
 __version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext terra_nb``: delegates to ``kernel_ext`` (imported only here)."""
+    import kernel_ext
+
+    kernel_ext.load_ipython_extension(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    import kernel_ext
+
+    kernel_ext.unload_ipython_extension(ipython)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +25,7 @@ from .errors import TerraError, TerraUsageError
 from .location import LocationTable
 from .merge import GraphBuilder
 from .recorder import TraceRecorder
+from .timeline import RunnerSpan
 from .tracegraph import TraceGraph
 
 MODES = ("coexec", "lazy", "trace", "eager")
@@ -78,6 +79,8 @@ class Terra:
         self.mode = mode
         self._state = "new"  # new -> open -> closed
         self._stats: list[IterationStats] = []
+        self._spans: list[RunnerSpan] = []
+        self._listeners: list[Callable[[IterationStats], None]] = []
         self._locations = LocationTable()
         self._builder = GraphBuilder(loop_location=self._locations.loop_text)
         self._recorder = TraceRecorder(self._locations)
@@ -170,10 +173,12 @@ class Terra:
                 "fetches": trace.fetches,
                 "covered": covered,
             }
+        phase = "tracing" if self.mode == "trace" else "eager"
+        self._spans.append(RunnerSpan("python", "exec", index, phase, self._t_start, t_end))
         self._stats.append(
             IterationStats(
                 iteration=index,
-                phase="tracing" if self.mode == "trace" else "eager",
+                phase=phase,
                 t_start=self._t_start,
                 t_end=t_end,
                 python_exec=t_end - self._t_start,
@@ -184,6 +189,15 @@ class Terra:
                 **counts,
             )
         )
+        for listener in self._listeners:
+            listener(self._stats[-1])
+
+    def subscribe(self, listener: Callable[[IterationStats], None]) -> None:
+        """Call ``listener(stats)`` in the loop's thread after every iteration (views use it).
+
+        A listener must be quick: it runs on the loop's critical path.
+        """
+        self._listeners.append(listener)
 
     # -- results ----------------------------------------------------------------------------
 
@@ -191,6 +205,11 @@ class Terra:
     def graph(self) -> TraceGraph:
         """The TraceGraph of the iterations traced so far."""
         return self._builder.finish()
+
+    @property
+    def spans(self) -> tuple[RunnerSpan, ...]:
+        """The runners' exec/stall spans and feed/fetch moments, for the timeline."""
+        return tuple(self._spans)
 
     @property
     def stats(self) -> tuple[IterationStats, ...]:
