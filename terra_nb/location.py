@@ -89,6 +89,11 @@ class Location:
         return self.user_frames[-1][2] if self.user_frames else ""
 
 
+def _signature(frames) -> tuple:
+    """A name for a frame chain that survives recompiling the same source."""
+    return tuple((c.co_filename, c.co_qualname, c.co_firstlineno, i) for c, i in frames)
+
+
 def _line_of(code: CodeType, lasti: int) -> int:
     for start, end, line in code.co_lines():
         if start <= lasti < end and line is not None:
@@ -104,7 +109,8 @@ class LocationTable:
     """
 
     def __init__(self) -> None:
-        self._ids: dict[tuple, int] = {}
+        self._ids: dict[tuple, int] = {}  # chain of (id(code), lasti) -> loc id (hot path)
+        self._by_signature: dict[tuple, int] = {}  # the same chain by stable code names -> loc id
         self.locations: list[Location] = []
         self.loops: list[LoopSite] = []
         self._loop_ids: dict[tuple, int] = {}
@@ -151,6 +157,13 @@ class LocationTable:
         frames.reverse()
         for code, _ in frames:
             self._codes.add(code)
+        # A notebook cell run again compiles new code objects: the signature (file, name, first
+        # line, instruction) finds what an earlier run learned about the same chain.
+        signature = _signature(frames)
+        known = self._by_signature.get(signature)
+        if known is not None:
+            self._ids[key] = known
+            return known
         loc = Location(
             id=len(self.locations),
             frames=tuple(frames),
@@ -163,6 +176,7 @@ class LocationTable:
         )
         self.locations.append(loc)
         self._ids[key] = loc.id
+        self._by_signature[signature] = loc.id
         return loc.id
 
     def _is_user(self, code: CodeType) -> bool:
@@ -186,10 +200,10 @@ class LocationTable:
         return found
 
     def _loop_id(self, frames, j: int, start: int) -> int:
-        key = (tuple((id(c), i) for c, i in frames[:j]), id(frames[j][0]), start)
+        code = frames[j][0]
+        key = _signature((*frames[:j], (code, start)))
         lid = self._loop_ids.get(key)
         if lid is None:
-            code = frames[j][0]
             lid = self._loop_ids[key] = len(self.loops)
             self.loops.append(
                 LoopSite(lid, code.co_filename, _line_of(code, start), code.co_qualname)
@@ -229,7 +243,7 @@ class LocationTable:
         k = 0
         while k < len(a) and k < len(b) and a[k] == b[k]:
             k += 1
-        if k < len(a) and k < len(b) and a[k][0] is b[k][0]:
+        if k < len(a) and k < len(b) and a[k][0] == b[k][0]:
             if b[k][1] > a[k][1]:
                 return None  # forward in the same frame: same iteration
             both = [r for r in self._loops_at(a, k) if r[0] <= b[k][1] <= r[1]]

@@ -53,6 +53,32 @@ class IterationStats:
     ended: str
 
 
+@dataclass(frozen=True, slots=True)
+class Fallback:
+    """One iteration that left co-execution: why, at which op, at which user source line."""
+
+    iteration: int
+    reason: str
+    op_type: str
+    location: str
+    source_line: str
+
+    def __str__(self) -> str:
+        return (
+            f"iteration {self.iteration}: {self.reason} at {self.op_type} "
+            f"({self.location}: {self.source_line.strip()})"
+        )
+
+
+@dataclass(slots=True)
+class Learned:
+    """What a Terra learned about a loop (locations, TraceGraph), reusable by a later Terra
+    running the same code: ``Terra(learned=earlier.learned)``. Runtime state, not plain data."""
+
+    locations: LocationTable
+    builder: GraphBuilder
+
+
 class _Step:
     def __init__(self, terra: Terra) -> None:
         self._terra = terra
@@ -68,7 +94,18 @@ class _Step:
 class Terra:
     """Runs a training loop under terra-nb; see the module docstring."""
 
-    def __init__(self, mode: str = "trace") -> None:
+    def __init__(
+        self,
+        mode: str = "trace",
+        *,
+        max_fallbacks: int = 5,
+        strict: bool = False,
+        xla: bool = False,
+        learned: Learned | None = None,
+    ) -> None:
+        """``max_fallbacks``: fallbacks within a window after which co-execution gives up and
+        stays in tracing; ``strict``: a fallback after warm-up raises; ``xla``: compile the pure
+        graph segments with XLA; ``learned``: continue from an earlier Terra on the same code."""
         if mode not in MODES:
             raise TerraUsageError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
         if mode not in _AVAILABLE:
@@ -76,13 +113,25 @@ class Terra:
                 f"mode {mode!r} needs the co-execution engine, which this version of terra-nb "
                 f"does not have yet; use mode='trace' or mode='eager'"
             )
+        if not isinstance(max_fallbacks, int) or max_fallbacks < 0:
+            raise TerraUsageError(f"max_fallbacks must be an int >= 0, got {max_fallbacks!r}")
+        if learned is not None and not isinstance(learned, Learned):
+            raise TerraUsageError("learned= takes the .learned of an earlier Terra")
         self.mode = mode
+        self.max_fallbacks = max_fallbacks
+        self.strict = strict
+        self.xla = xla
+        self._fallbacks: list[Fallback] = []
         self._state = "new"  # new -> open -> closed
         self._stats: list[IterationStats] = []
         self._spans: list[RunnerSpan] = []
         self._listeners: list[Callable[[IterationStats], None]] = []
-        self._locations = LocationTable()
-        self._builder = GraphBuilder(loop_location=self._locations.loop_text)
+        if learned is None:
+            locations = LocationTable()
+            learned = Learned(locations, GraphBuilder(loop_location=locations.loop_text))
+        self.learned = learned
+        self._locations = learned.locations
+        self._builder = learned.builder
         self._recorder = TraceRecorder(self._locations)
         self._hooks = ExitStack()
         self._iteration: ExitStack | None = None
@@ -205,6 +254,10 @@ class Terra:
     def graph(self) -> TraceGraph:
         """The TraceGraph of the iterations traced so far."""
         return self._builder.finish()
+
+    def explain(self) -> tuple[Fallback, ...]:
+        """Every fallback so far (none in ``trace`` and ``eager`` modes, which never fall back)."""
+        return tuple(self._fallbacks)
 
     @property
     def spans(self) -> tuple[RunnerSpan, ...]:
