@@ -5,7 +5,7 @@ IPython; the notebook extension lives in ``kernel_ext`` (``%load_ext terra_nb``)
 """
 
 from .errors import GraphError, TerraError, TerraUsageError
-from .session import MODES, IterationStats, Terra
+from .session import MODES, Fallback, IterationStats, Learned, Terra
 from .timeline import RunnerSpan, to_chrome_trace
 from .trace import Source, TensorSpec, Trace, TraceOp
 from .tracegraph import TraceGraph, TraceNode, check_graph
@@ -14,7 +14,9 @@ __all__ = [
     "MODES",
     "RunnerSpan",
     "to_chrome_trace",
+    "Fallback",
     "GraphError",
+    "Learned",
     "IterationStats",
     "Source",
     "TensorSpec",
