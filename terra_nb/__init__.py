@@ -1,26 +1,24 @@
 """terra-nb: imperative-symbolic co-execution (Terra, NeurIPS 2021) for TensorFlow 2.
 
 The engine: ``Terra`` runs a training loop and builds its ``TraceGraph``. It does not import
-IPython; the notebook extension lives in ``kernel_ext`` (``%load_ext terra_nb``).
+IPython; the notebook extension lives in ``kernel_ext`` (``%load_ext terra_nb``). The data types
+(``TraceGraph``, ``Trace``, ``RunnerSpan``) import without TensorFlow; ``Terra`` and the runtime
+load TensorFlow on first use.
 """
 
 from .errors import GraphError, TerraError, TerraUsageError
-from .session import MODES, Fallback, IterationStats, Learned, Terra
 from .timeline import RunnerSpan, to_chrome_trace
 from .trace import Source, TensorSpec, Trace, TraceOp
 from .tracegraph import TraceGraph, TraceNode, check_graph
 
+_RUNTIME = ("MODES", "Fallback", "IterationStats", "Learned", "Terra")
+
 __all__ = [
-    "MODES",
-    "RunnerSpan",
-    "to_chrome_trace",
-    "Fallback",
+    *_RUNTIME,
     "GraphError",
-    "Learned",
-    "IterationStats",
+    "RunnerSpan",
     "Source",
     "TensorSpec",
-    "Terra",
     "TerraError",
     "TerraUsageError",
     "Trace",
@@ -28,8 +26,17 @@ __all__ = [
     "TraceNode",
     "TraceOp",
     "check_graph",
+    "to_chrome_trace",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name in _RUNTIME:  # the runtime imports TensorFlow: only when asked for
+        from . import session
+
+        return getattr(session, name)
+    raise AttributeError(f"module 'terra_nb' has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython) -> None:
