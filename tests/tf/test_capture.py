@@ -1,0 +1,182 @@
+"""Op capture: every eager op once, complete attrs, fetches, bypass, threads, clean uninstall."""
+
+import threading
+
+import keras
+import numpy as np
+import tensorflow as tf
+from tensorflow.python import pywrap_tfe
+from tensorflow.python.eager import execute
+from tensorflow.python.framework import ops
+
+from terra_nb import capture
+from terra_nb.location import LocationTable
+from terra_nb.recorder import TraceRecorder
+
+
+class ListSink:
+    def __init__(self):
+        self.ops, self.fetches = [], []
+
+    def on_op(self, op_name, args, attrs, outputs, frame):
+        self.ops.append(op_name.decode() if isinstance(op_name, bytes) else op_name)
+
+    def on_fetch(self, tensor):
+        self.fetches.append(tensor)
+
+
+def record(fn):
+    """Run fn under a TraceRecorder rooted at this frame; return the trace."""
+    import sys
+
+    recorder = TraceRecorder(LocationTable())
+    recorder.begin(sys._getframe(0))
+    with capture.capturing(recorder):
+        fn()
+    return recorder.finish(0)
+
+
+def test_uninstall_restores_tensorflow_exactly():
+    before = (
+        pywrap_tfe.TFE_Py_FastPathExecute,
+        execute.execute,
+        execute.quick_execute,
+        ops._EagerTensorBase.__dict__["_numpy"],
+    )
+    with capture.capturing(ListSink()):
+        with capture.capturing(ListSink()):
+            assert pywrap_tfe.TFE_Py_FastPathExecute is not before[0]
+        assert capture.is_installed()
+    after = (
+        pywrap_tfe.TFE_Py_FastPathExecute,
+        execute.execute,
+        execute.quick_execute,
+        ops._EagerTensorBase.__dict__["_numpy"],
+    )
+    assert after == before
+    assert not capture.is_installed()
+
+
+def test_fast_and_slow_path_ops_recorded_once():
+    sink = ListSink()
+    a = tf.constant([[1.0, 2.0]])
+    v = keras.Variable(np.ones((2,), "float32"))
+    with capture.capturing(sink):
+        b = a + 1.0  # fast path
+        c = tf.nn.bias_add(b, v)  # a Keras variable input: fast path falls back to the slow path
+    assert sink.ops == ["AddV2", "ReadVariableOp", "BiasAdd"] or sink.ops == ["AddV2", "BiasAdd"]
+    assert sink.ops.count("BiasAdd") == 1
+    np.testing.assert_allclose(c.numpy(), [[3.0, 4.0]])
+
+
+def test_capture_is_off_outside_and_in_bypass_and_other_threads():
+    sink = ListSink()
+    a = tf.constant(1.0)
+    with capture.capturing(sink):
+        with capture.bypass():
+            _ = a * 2.0
+        thread = threading.Thread(target=lambda: a * 3.0)
+        thread.start()
+        thread.join()
+        _ = a - 1.0
+    _ = a + 5.0
+    assert sink.ops == ["Sub"]
+
+
+def test_fetches_recorded_for_each_materialisation():
+    def program():
+        x = tf.constant([1.0, 2.0]) * 2.0
+        y = tf.reduce_sum(x)
+        float(y)
+        bool(y > 0)
+        x.numpy()
+        np.asarray(x)
+        f"{y:.2f}"
+        print(x, end="\r")
+
+    trace = record(program)
+    fetched = [(op.op_type, op.fetched) for op in trace.ops if op.fetched]
+    assert fetched == [("Mul", (0,)), ("Sum", (0,)), ("Greater", (0,))]
+
+
+def test_attrs_complete_and_equal_on_both_paths():
+    x = tf.constant([[1.0, -2.0]])
+    w = tf.constant([[1.0], [1.0]])
+
+    def fast():
+        tf.matmul(x, w)
+
+    def slow():
+        execute.execute(
+            b"MatMul",
+            1,
+            [x, w],
+            (
+                "transpose_a",
+                False,
+                "transpose_b",
+                False,
+                "T",
+                tf.float32.as_datatype_enum,
+                "grad_a",
+                False,
+                "grad_b",
+                False,
+            ),
+            tf.compat.v1.get_default_graph()
+            and __import__("tensorflow.python.eager.context", fromlist=["context"]).context(),
+        )
+
+    (fast_op,) = record(fast).ops
+    (slow_op,) = record(slow).ops
+    assert fast_op.attrs == slow_op.attrs
+    assert dict(fast_op.attrs)["T"] == "float32"
+    assert dict(fast_op.attrs)["transpose_a"] is False
+
+
+def test_lineage_sources():
+    v = tf.Variable([1.0, 2.0])
+    outside = tf.constant([3.0, 4.0])
+
+    def program():
+        y = tf.raw_ops.AddV2(x=v.read_value(), y=np.array([1.0, 1.0], "float32"))
+        z = tf.raw_ops.Mul(x=y, y=2.0) + outside
+        return z
+
+    trace = record(program)
+    kinds = [[s.kind for s in op.inputs] for op in trace.ops]
+    assert [op.op_type for op in trace.ops] == [
+        "ReadVariableOp",
+        "Identity",
+        "AddV2",
+        "Mul",
+        "AddV2",
+    ]
+    assert kinds == [["var"], ["op"], ["op", "feed"], ["op", "feed"], ["op", "feed"]]
+    assert [op.inputs[-1].detail for op in trace.ops[2:]] == ["numpy", "python", "tensor"]
+    assert trace.ops[-1].outputs[0].shape == (2,)
+
+
+def test_keras_layers_losses_optimizers_gradients_random_captured():
+    model = keras.Sequential(
+        [keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dropout(0.5), keras.layers.Dense(1)]
+    )
+    opt = keras.optimizers.Adam(0.01)
+    x = np.ones((5, 3), "float32")
+    y = np.zeros((5, 1), "float32")
+    loss_fn = keras.losses.MeanSquaredError()
+
+    def step():
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        tf.random.uniform((2,))
+
+    step()  # build optimizer slots outside the capture
+    types = {op.op_type for op in record(step).ops}
+    assert {"MatMul", "BiasAdd", "ReadVariableOp"} <= types  # layers
+    assert "SquaredDifference" in types or "Square" in types  # loss
+    assert "BiasAddGrad" in types  # backward ops run by tape.gradient
+    assert {"AssignVariableOp", "AssignSubVariableOp"} & types  # optimizer update
+    assert any("Random" in t for t in types)  # dropout and tf.random
