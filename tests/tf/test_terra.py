@@ -1,0 +1,148 @@
+"""The public Terra API in trace and eager modes: results equal the plain loop; clear errors."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from terra_nb import Terra, TerraError, TerraUsageError
+from terra_nb.capture import is_installed
+
+
+def batches():
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        x = rng.normal(size=(8, 3)).astype("float32")
+        yield x, x.sum(axis=1, keepdims=True)
+
+
+def train(loop_wrapper):
+    """Train a small Keras model; Python reads values, branches on them and mutates objects."""
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential(
+        [
+            keras.Input((3,)),
+            keras.layers.Dense(5, activation="tanh"),
+            keras.layers.Dropout(0.2),
+            keras.layers.Dense(1),
+        ]
+    )
+    opt = keras.optimizers.Adam(0.05)
+    log = {"losses": [], "big": 0}
+    for x, y in loop_wrapper(batches()):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        value = float(loss)
+        log["losses"].append(value)
+        if value > 1.0:
+            log["big"] += 1
+    weights = [v.numpy() for v in model.weights + opt.variables]
+    return weights, log
+
+
+@pytest.mark.parametrize("mode", ["trace", "eager"])
+def test_mode_leaves_every_value_as_the_plain_loop(mode):
+    plain_weights, plain_log = train(lambda it: it)
+    with Terra(mode=mode) as terra:
+        weights, log = train(terra.loop)
+    assert log == plain_log
+    assert len(weights) == len(plain_weights)
+    for a, b in zip(weights, plain_weights):
+        np.testing.assert_array_equal(a, b)
+    assert [s.iteration for s in terra.stats] == list(range(6))
+    assert all(s.ended == "completed" for s in terra.stats)
+    if mode == "trace":
+        assert all(s.ops > 0 and s.fetches >= 1 for s in terra.stats)
+        assert terra.stats[-1].covered
+        fetched = [n.op_type for n in terra.graph.nodes if n.fetches]
+        assert "Mean" in fetched  # float(loss); Keras' dropout reads its seed too
+    else:
+        assert all(s.ops is None and s.phase == "eager" for s in terra.stats)
+    assert [s.iteration for s in terra.spans] == list(range(6))
+    assert not is_installed()
+
+
+def test_step_context_for_while_loops():
+    v = tf.Variable(0.0)
+    with Terra(mode="trace") as terra:
+        while float(v) < 3:  # the condition runs outside the iterations
+            with terra.step():
+                v.assign_add(1.0)
+    assert float(v) == 3.0
+    assert len(terra.stats) == 3 and terra.stats[-1].covered
+
+
+def test_break_and_exception_end_the_iteration_and_clean_up():
+    with Terra(mode="trace") as terra:
+        for i in terra.loop(range(10)):
+            tf.constant(1.0) + i
+            if i == 2:
+                break
+    assert [s.ended for s in terra.stats] == ["completed", "completed", "stopped"]
+    with pytest.raises(ZeroDivisionError), Terra(mode="trace") as terra2:
+        for i in terra2.loop(range(10)):
+            tf.constant(1.0) * 2.0
+            if i == 1:
+                1 / 0
+    assert [s.ended for s in terra2.stats] == ["completed", "stopped"]
+    assert not is_installed()
+
+
+def test_learned_state_is_reused_by_a_later_terra():
+    def run(learned=None):
+        x = tf.constant([1.0, 2.0])
+        with Terra(mode="trace", learned=learned) as terra:
+            for _ in terra.loop(range(2)):
+                float(tf.reduce_sum(tf.exp(x)))
+        return terra
+
+    first = run()
+    assert [s.covered for s in first.stats] == [False, True]
+    second = run(first.learned)
+    assert [s.covered for s in second.stats] == [True, True]
+    assert second.graph == first.graph.__class__.from_json(second.graph.to_json())
+
+
+def test_unknown_mode():
+    with pytest.raises(TerraUsageError, match="unknown mode 'fast'; choose one of coexec"):
+        Terra(mode="fast")
+
+
+def test_modes_not_built_yet_say_so():
+    with pytest.raises(TerraError, match="use mode='trace'"):
+        Terra(mode="coexec")
+
+
+def test_loop_needs_an_iterable():
+    with Terra(mode="trace") as terra, pytest.raises(TerraUsageError, match="got int"):
+        terra.loop(5)
+
+
+def test_nested_contexts_are_refused():
+    with Terra(mode="trace"), pytest.raises(TerraUsageError, match="cannot be nested"):
+        with Terra(mode="trace"):
+            pass
+    assert not is_installed()
+
+
+def test_use_after_close_and_outside_context():
+    terra = Terra(mode="trace")
+    with pytest.raises(TerraUsageError, match="inside `with Terra"):
+        terra.loop([1])
+    with terra:
+        pass
+    with pytest.raises(TerraUsageError, match="closed Terra"):
+        terra.loop([1])
+    with pytest.raises(TerraUsageError, match="closed Terra"):
+        terra.step()
+    with pytest.raises(TerraUsageError, match="already used"):
+        terra.__enter__()
+
+
+def test_bad_options():
+    with pytest.raises(TerraUsageError, match="max_fallbacks"):
+        Terra(mode="trace", max_fallbacks=-1)
+    with pytest.raises(TerraUsageError, match="learned="):
+        Terra(mode="trace", learned=object())
