@@ -13,23 +13,37 @@ funnel through ``_EagerTensorBase._numpy``, which is hooked to report fetches.
 The hooks are installed while at least one ``capturing`` context is open and removed exactly when
 the last one closes. Reports go to the *sink* of the current thread only: other threads (the
 GraphRunner) and code under ``bypass()`` run TensorFlow untouched.
+
+A sink with ``intercepts = True`` (the PythonRunner) replaces execution: it gets the op before
+TensorFlow and a ``run`` callable for the original. TensorFlow's C code must never see a
+``Placeholder`` (it would read it as an eager tensor), so while placeholders may be alive the hooks
+also swap any placeholder input for its real value (``hold_placeholders``).
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
 from tensorflow.python import pywrap_tfe
 from tensorflow.python.eager import execute
+from tensorflow.python.eager.core import _FallbackException
 from tensorflow.python.framework import ops
+
+from .placeholder import Placeholder
 
 
 class OpSink(Protocol):
     """Receives the ops and fetches of the thread that opened ``capturing``."""
+
+    intercepts: bool  # True: ``run_op(run, op_name, args, attrs, frame)`` replaces execution
+
+    def on_fast_fallback(self, op_name: Any, args: Any, frame: Any) -> None:
+        """The fast path refused the call (``_FallbackException``); the slow path follows."""
 
     def on_op(self, op_name: Any, args: Any, attrs: tuple | None, outputs: Any, frame: Any) -> None:
         """``attrs`` is None for the fast path, where ``args`` holds inputs then attr pairs."""
@@ -41,20 +55,58 @@ class OpSink(Protocol):
 _local = threading.local()
 _install_lock = threading.Lock()
 _installs = 0
+_holds = 0  # > 0 while placeholders may be alive: swap them for their values
 _originals: dict[str, Any] = {}
 
 
+def real_values(args):
+    """``args`` with every placeholder (also inside lists) replaced by its real value."""
+    if not any(isinstance(a, (Placeholder, list, tuple)) for a in args):
+        return args
+    out = []
+    for a in args:
+        if isinstance(a, Placeholder):
+            a = a.real()
+        elif isinstance(a, (list, tuple)) and any(isinstance(x, Placeholder) for x in a):
+            a = [x.real() if isinstance(x, Placeholder) else x for x in a]
+        out.append(a)
+    return out
+
+
 def _fast_path_execute(ctx, op_name, name, *args):
-    outputs = _originals["fast"](ctx, op_name, name, *args)
     sink = getattr(_local, "sink", None)
-    if sink is not None:
-        sink.on_op(op_name, args, None, outputs, sys._getframe(1))
+    if sink is not None and sink.intercepts:
+        fast = _originals["fast"]
+        return sink.run_op(
+            lambda a: fast(ctx, op_name, name, *a), op_name, args, None, sys._getframe(1)
+        )
+    if _holds:
+        args = real_values(args)
+    if sink is None:
+        return _originals["fast"](ctx, op_name, name, *args)
+    try:
+        outputs = _originals["fast"](ctx, op_name, name, *args)
+    except _FallbackException:
+        sink.on_fast_fallback(op_name, args, sys._getframe(1))
+        raise
+    sink.on_op(op_name, args, None, outputs, sys._getframe(1))
     return outputs
 
 
 def _quick_execute(op_name, num_outputs, inputs, attrs, ctx, name=None):
-    outputs = _originals["slow"](op_name, num_outputs, inputs, attrs, ctx, name)
     sink = getattr(_local, "sink", None)
+    if sink is not None and sink.intercepts:
+        slow = _originals["slow"]
+        return sink.run_op(
+            lambda a: slow(op_name, num_outputs, a, attrs, ctx, name),
+            op_name,
+            inputs,
+            attrs,
+            sys._getframe(1),
+        )
+    if _holds:
+        inputs = real_values(inputs)
+    outputs = _originals["slow"](op_name, num_outputs, inputs, attrs, ctx, name)
     if sink is not None:
         sink.on_op(op_name, inputs, attrs, outputs, sys._getframe(1))
     return outputs
@@ -91,6 +143,36 @@ def _uninstall() -> None:
             execute.quick_execute = _originals.pop("slow")
             execute.execute = _originals.pop("execute")
             ops._EagerTensorBase._numpy = _originals.pop("numpy")
+
+
+def hold_placeholders() -> None:
+    """Keep the hooks in place, swapping placeholders for values, until ``release_placeholders``."""
+    global _holds
+    _install()
+    _holds += 1
+
+
+def release_placeholders() -> None:
+    global _holds
+    _holds -= 1
+    _uninstall()
+
+
+def hold_until_collected(objects: list) -> None:
+    """Keep swapping placeholders until every one of ``objects`` is garbage (or forever, for
+    objects that cannot be weakly referenced)."""
+    if not objects:
+        return
+    hold_placeholders()
+    remaining = [len(objects)]
+
+    def collected() -> None:
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            release_placeholders()
+
+    for obj in objects:
+        weakref.finalize(obj, collected)
 
 
 def is_installed() -> bool:

@@ -14,24 +14,57 @@ import tensorflow as tf
 from tensorflow.python.framework import op_def_registry, tensor_shape
 
 from .location import LocationTable
+from .signature import call_signature
 from .trace import Source, TensorSpec, Trace, TraceOp
 
 _RESOURCE = tf.resource
 
 
+class TensorRef:
+    """Stands for a tensor in the iteration log without keeping it (or its value) alive."""
+
+    __slots__ = ("_id", "dtype", "shape")
+
+    def __init__(self, tensor) -> None:
+        self._id = tensor._id
+        self.dtype = tensor.dtype
+        self.shape = tensor.shape
+
+
+def _is_tensor(value) -> bool:
+    return isinstance(value, TensorRef) or tf.is_tensor(value)
+
+
 class TraceRecorder:
-    """Capture sink for one thread; ``begin``/``finish`` bracket each iteration."""
+    """Capture sink for one thread; ``begin``/``finish`` bracket each iteration.
+
+    After ``finish``, ``signatures`` holds per op of the trace its call signature and, for an op
+    whose fast path fell back to the slow path, the signature of that fast-path attempt.
+    """
+
+    intercepts = False
 
     def __init__(self, locations: LocationTable) -> None:
         self.locations = locations
         self._raw: list[tuple] = []
         self._fetched: list[Any] = []
+        self._attempt: tuple | None = None
         self._previous: dict[int, tuple[int, int]] = {}  # tensor id -> (op, output), last iteration
+        self.signatures: list[tuple[tuple, tuple | None]] = []
 
     # -- hot path ---------------------------------------------------------------------------
 
     def on_op(self, op_name, args, attrs, outputs, frame) -> None:
-        self._raw.append((op_name, args, attrs, outputs, self.locations.locate(frame)))
+        self.record(op_name, args, attrs, outputs, self.locations.locate(frame))
+
+    def record(self, op_name, args, attrs, outputs, loc: int) -> None:
+        """Log one executed op (``outputs`` may be TensorRefs)."""
+        attempt, self._attempt = self._attempt, None
+        self._raw.append((op_name, args, attrs, outputs, loc, attempt))
+
+    def on_fast_fallback(self, op_name, args, frame) -> None:
+        """The fast path refused the call; the same op comes next through the slow path."""
+        self._attempt = (op_name, args, self.locations.locate(frame))
 
     def on_fetch(self, tensor) -> None:
         self._fetched.append(tensor)
@@ -48,17 +81,26 @@ class TraceRecorder:
         """Drop what was recorded (and the tensors it holds) without making a trace."""
         self._raw.clear()
         self._fetched.clear()
+        self._attempt = None
 
     def finish(self, iteration: int) -> Trace:
         """Make the trace of the ops recorded since ``begin`` and release their tensors."""
         producers: dict[int, tuple[int, int]] = {}
         ops = []
         prev_loc = None
-        for index, (op_name, args, attrs, outputs, loc) in enumerate(self._raw):
+        self.signatures = []
+        for index, (op_name, args, raw_attrs, outputs, loc, attempt) in enumerate(self._raw):
             op_type = op_name.decode() if isinstance(op_name, bytes) else op_name
-            inputs, attrs = _split_call(op_type, args, attrs)
+            self.signatures.append(
+                (
+                    call_signature(op_name, args, raw_attrs, loc),
+                    None if attempt is None else call_signature(*attempt[:2], None, attempt[2]),
+                )
+            )
+            inputs, attrs = _split_call(op_type, args, raw_attrs)
             outputs = _flatten(outputs)
             attrs = _complete_attrs(op_type, attrs, inputs, outputs)
+            dtypes = _input_dtypes(op_type, dict(attrs), len(inputs))
             location = self.locations.locations[loc]
             ops.append(
                 TraceOp(
@@ -68,7 +110,7 @@ class TraceRecorder:
                     loc=loc,
                     location=location.text,
                     inputs=tuple(self._source(x, producers) for x in inputs),
-                    input_specs=tuple(_spec(x) for x in inputs),
+                    input_specs=tuple(_spec(x, d) for x, d in zip(inputs, dtypes)),
                     outputs=tuple(_spec(t) for t in outputs),
                     loops=location.loops,
                     new_iteration=None
@@ -85,7 +127,7 @@ class TraceRecorder:
         return Trace(iteration=iteration, ops=tuple(ops))
 
     def _source(self, value, producers) -> Source:
-        if not tf.is_tensor(value):
+        if not _is_tensor(value):
             return Source("feed", detail="numpy" if isinstance(value, np.ndarray) else "python")
         made = producers.get(value._id)
         if made is not None:
@@ -171,7 +213,7 @@ def _complete_attrs(op_type: str, attrs: dict, inputs: list, outputs: list) -> t
             width = full.get(arg.number_attr, 1) if arg.number_attr else 1
             if arg.type_list_attr:
                 width = len(full.get(arg.type_list_attr, ()))
-            if arg.type_attr and arg.type_attr not in full and tf.is_tensor(_at(values, position)):
+            if arg.type_attr and arg.type_attr not in full and _is_tensor(_at(values, position)):
                 full[arg.type_attr] = values[position].dtype
             position += width
     for a in op_def.attr:
@@ -185,7 +227,7 @@ def _at(values: list, i: int):
 
 
 def _dtype_name(value) -> str:
-    if tf.is_tensor(value):
+    if _is_tensor(value):
         return value.dtype.name
     return tf.as_dtype(np.asarray(value).dtype).name
 
@@ -252,9 +294,25 @@ def _attr_scalar(field: str, value):
     return value
 
 
-def _spec(value) -> TensorSpec:
-    if tf.is_tensor(value):
+def _spec(value, dtype: str | None = None) -> TensorSpec:
+    """Spec of an input or output; a Python value gets the dtype the op converts it to."""
+    if _is_tensor(value):
         shape = value.shape
         return TensorSpec(value.dtype.name, None if shape.rank is None else tuple(shape.as_list()))
     array = np.asarray(value)
-    return TensorSpec(array.dtype.name, tuple(array.shape))
+    return TensorSpec(dtype or array.dtype.name, tuple(array.shape))
+
+
+def _input_dtypes(op_type: str, attrs: dict, n_inputs: int) -> list[str | None]:
+    """The dtype of every (flattened) input as the OpDef and the attrs give it."""
+    op_def = _op_def(op_type)
+    if op_def is None:
+        return [None] * n_inputs
+    out: list[str | None] = []
+    for arg in op_def.input_arg:
+        if arg.type_list_attr:
+            out.extend(attrs.get(arg.type_list_attr, ()))
+            continue
+        dtype = tf.as_dtype(arg.type).name if arg.type else attrs.get(arg.type_attr)
+        out.extend([dtype] * (attrs.get(arg.number_attr, 1) if arg.number_attr else 1))
+    return out + [None] * (n_inputs - len(out))

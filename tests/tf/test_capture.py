@@ -15,6 +15,8 @@ from terra_nb.recorder import TraceRecorder
 
 
 class ListSink:
+    intercepts = False
+
     def __init__(self):
         self.ops, self.fetches = [], []
 
@@ -23,6 +25,9 @@ class ListSink:
 
     def on_fetch(self, tensor):
         self.fetches.append(tensor)
+
+    def on_fast_fallback(self, op_name, args, frame):
+        pass
 
 
 def record(fn):

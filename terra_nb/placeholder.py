@@ -1,0 +1,130 @@
+"""The PythonRunner's empty tensor: a ``tf.Tensor`` with a shape and dtype but no value yet.
+
+A ``Placeholder`` passes ``isinstance(x, tf.Tensor)``, ``tf.is_tensor``, ``convert_to_tensor``,
+operators, slicing and Keras layers, and reaches the capture hook as an op input without TensorFlow
+touching it (DESIGN section 4). Every way Python can read its value (``numpy()``, ``float()``,
+``bool()``, ``__array__``, ``__format__``, ``repr``/``str``, ``int``/``__index__``) goes through
+``_numpy``, which asks the runner to materialise it (a fetch). Once the GraphRunner has computed
+it, ``value`` holds the real eager tensor.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+from tensorflow.python.framework import ops, tensor_shape
+from tensorflow.python.framework import tensor as tensor_lib
+from tensorflow.python.types import core
+
+_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+class Materialiser(Protocol):
+    def materialise(self, placeholder: Placeholder) -> Any:
+        """Return the real eager tensor of ``placeholder`` (blocking until it is computed)."""
+
+
+class Placeholder(tensor_lib.Tensor, core.Value):
+    """An op output that the GraphRunner has not computed (or handed over) yet."""
+
+    def __init__(self, dtype, shape, producer: Materialiser, node: int, output: int) -> None:
+        self._id = ops.uid()
+        self._dtype = dtype
+        self._shape_val = tensor_shape.TensorShape(shape)
+        self._name = f"terra/{node}:{output}"
+        self._producer = producer
+        self.node = node
+        self.output = output
+        self.sig = (dtype.as_datatype_enum, tuple(shape))  # what call signatures use
+        self.value = None  # the real EagerTensor, once known
+
+    # -- what eager tensors have ------------------------------------------------------------
+
+    @property
+    def device(self) -> str:
+        return self.value.device if self.value is not None else _DEVICE
+
+    @property
+    def backing_device(self) -> str:
+        return self.device
+
+    @property
+    def graph(self):
+        raise AttributeError("Tensor.graph is undefined when eager execution is enabled.")
+
+    @property
+    def op(self):
+        raise AttributeError("Tensor.op is undefined when eager execution is enabled.")
+
+    def _datatype_enum(self) -> int:
+        return self._dtype.as_datatype_enum
+
+    def _shape_tuple(self):
+        return tuple(self._shape_val.as_list())
+
+    def _rank(self) -> int:
+        return self._shape_val.rank
+
+    def _copy(self, ctx=None, device_name=None):
+        return self.real()._copy(ctx, device_name)
+
+    def __len__(self) -> int:
+        if not self._shape_val.rank:
+            raise TypeError("Scalar tensor has no `len()`")
+        return self._shape_val[0]
+
+    def __hash__(self):
+        raise TypeError("Tensor is unhashable. Instead, use tensor.ref() as the key.")
+
+    # -- materialisation: every value read is one fetch ------------------------------------
+
+    def real(self):
+        """The real eager tensor (fetching it if needed)."""
+        if self.value is None:
+            self.value = self._producer.materialise(self)
+        return self.value
+
+    def _numpy(self):
+        return self.real()._numpy()
+
+    def numpy(self):
+        maybe = self._numpy()
+        return maybe.copy() if isinstance(maybe, np.ndarray) else maybe
+
+    def __array__(self, dtype=None, copy=None):
+        array = self._numpy()
+        return np.asarray(array, dtype=dtype)
+
+    def __bool__(self) -> bool:
+        return bool(self._numpy())
+
+    def __float__(self) -> float:
+        return float(self._numpy())
+
+    def __int__(self) -> int:
+        return int(self._numpy())
+
+    def __index__(self) -> int:
+        return self._numpy().__index__()
+
+    def __complex__(self) -> complex:
+        return complex(self._numpy())
+
+    def __format__(self, spec: str) -> str:
+        return self.real().__format__(spec)
+
+    def __repr__(self) -> str:
+        return repr(self.real())
+
+    def __str__(self) -> str:
+        return str(self.real())
+
+    def __reduce__(self):
+        return self.real().__reduce__()
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self.real().__deepcopy__(memo)

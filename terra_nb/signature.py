@@ -1,0 +1,113 @@
+"""Call signatures: what the PythonRunner matches an op call against, cheaply.
+
+A call signature is built from the op call exactly as it reaches the capture hook (op name, program
+location, the attrs as passed, and per input its dtype and shape), so computing it costs a few
+microseconds and needs no OpDef normalisation. Tracing computes the signature of every op it
+records; co-execution looks calls up by it. Inputs whose *value* decides output shapes (a reshape
+target, a reduction axis, slice bounds: integer inputs typed by an index attr) put their value in
+the signature too, so an entry's output shapes are always right.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from tensorflow.python.framework import op_def_registry, ops
+
+from .placeholder import Placeholder
+
+_EAGER = ops.EagerTensor
+_INT_ENUMS = {3, 9}  # DT_INT32, DT_INT64
+# Type attrs of inputs that hold shapes, axes, indices into shapes: their values decide shapes.
+_INDEX_ATTRS = {
+    "Tidx", "Tshape", "Index", "Tpaddings", "Tmultiples", "Tperm", "Tdim", "index_type",
+    "Tblock_shape", "Tcrops", "Taxis", "Tlen", "Tsplits", "out_type",
+}
+_SHAPE_INPUTS = {"RandomUniform": (0,), "RandomStandardNormal": (0,), "TruncatedNormal": (0,),
+                 "RandomUniformInt": (0,)}
+_MAX_VALUES = 16
+
+
+class OpInfo:
+    """What the hot path needs to know about an op type, computed once."""
+
+    __slots__ = ("n_inputs", "shape_like", "structure", "stateful", "known")
+
+    def __init__(self, op_type: str) -> None:
+        op_def = op_def_registry.get(op_type)
+        self.known = op_def is not None
+        if op_def is None:  # a function call: only ever seen on the slow path
+            self.n_inputs, self.shape_like, self.structure, self.stateful = -1, (), "list", True
+            return
+        self.n_inputs = len(op_def.input_arg)
+        fixed = _SHAPE_INPUTS.get(op_type, ())
+        self.shape_like = tuple(
+            i in fixed or a.type_attr in _INDEX_ATTRS or (not a.type_attr and a.type in _INT_ENUMS)
+            for i, a in enumerate(op_def.input_arg)
+        )
+        outs = op_def.output_arg
+        single = len(outs) == 1 and not outs[0].number_attr and not outs[0].type_list_attr
+        self.structure = "none" if not outs else "single" if single else "list"
+        self.stateful = op_def.is_stateful
+
+
+_infos: dict[str, OpInfo] = {}
+
+
+def op_info(op_type: str) -> OpInfo:
+    info = _infos.get(op_type)
+    if info is None:
+        info = _infos[op_type] = OpInfo(op_type)
+    return info
+
+
+def input_sig(x: Any, shape_like: bool) -> tuple:
+    """Dtype and shape of one input (and its value when it is a small shape-like integer)."""
+    t = type(x)
+    if t is Placeholder:
+        return x.sig
+    if t is _EAGER:
+        enum = x._datatype_enum()
+        shape = x._shape_tuple()
+        if shape_like and enum in _INT_ENUMS and len(shape) <= 1:
+            return (enum, shape, tuple(x._numpy_internal().ravel().tolist()))
+        return (enum, shape)
+    if t is int or t is bool:
+        return (t, x) if shape_like else (t,)
+    if t is float:
+        return (t,)
+    if t is list or t is tuple:
+        return (t, tuple(input_sig(e, shape_like) for e in x))
+    if t is np.ndarray:
+        if shape_like and x.dtype.kind in "iu" and x.size <= _MAX_VALUES:
+            return (t, x.dtype.str, x.shape, tuple(x.ravel().tolist()))
+        return (t, x.dtype.str, x.shape)
+    if isinstance(x, np.generic):
+        return (t, x.item()) if shape_like else (t,)
+    return ("obj", t)
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
+def call_signature(op_name: Any, args: Any, attrs: tuple | None, loc: int) -> tuple:
+    """The signature of a call as the hook sees it (fast path: ``attrs`` is None)."""
+    op_type = op_name.decode() if isinstance(op_name, bytes) else op_name
+    info = op_info(op_type)
+    if attrs is None:
+        n = info.n_inputs
+        ins = tuple(input_sig(x, s) for x, s in zip(args[:n], info.shape_like))
+        return (op_name, loc, tuple(_frozen(v) for v in args[n:]), ins)
+    if len(info.shape_like) == len(args):
+        ins = tuple(input_sig(x, s) for x, s in zip(args, info.shape_like))
+    else:  # list arguments flattened: no positional shape-like information
+        ins = tuple(input_sig(x, False) for x in args)
+    return (op_name, loc, tuple(_frozen(v) for v in attrs), ins)
