@@ -29,12 +29,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+import numpy as np
 from tensorflow.python import pywrap_tfe
 from tensorflow.python.eager import execute
 from tensorflow.python.eager.core import _FallbackException
 from tensorflow.python.framework import ops
 
 from .placeholder import Placeholder
+from .signature import op_info
 
 
 class OpSink(Protocol):
@@ -73,9 +75,30 @@ def real_values(args):
     return out
 
 
+_PLAIN = (ops.EagerTensor, Placeholder, int, float, bool, str, bytes, np.ndarray, np.generic)
+
+
+def _converts_objects(op_name, args) -> bool:
+    """Whether an input is an object TensorFlow must convert (a variable, a Keras tensor ...).
+
+    The C fast path would convert it without running a visible op; sending such calls to the slow
+    path makes the conversion (a ``ReadVariableOp``) a recorded op in every mode alike.
+    """
+    for x in args[: op_info(op_name).n_inputs]:
+        if x is None or isinstance(x, _PLAIN):
+            continue
+        if isinstance(x, (list, tuple)) and all(e is None or isinstance(e, _PLAIN) for e in x):
+            continue
+        return True
+    return False
+
+
 def _fast_path_execute(ctx, op_name, name, *args):
     sink = getattr(_local, "sink", None)
     if sink is not None and sink.intercepts:
+        if _converts_objects(op_name, args):
+            sink.on_fast_fallback(op_name, args, sys._getframe(1))
+            raise _FallbackException("terra-nb: objects are converted on the slow path")
         fast = _originals["fast"]
         return sink.run_op(
             lambda a: fast(ctx, op_name, name, *a), op_name, args, None, sys._getframe(1)
@@ -84,6 +107,9 @@ def _fast_path_execute(ctx, op_name, name, *args):
         args = real_values(args)
     if sink is None:
         return _originals["fast"](ctx, op_name, name, *args)
+    if _converts_objects(op_name, args):
+        sink.on_fast_fallback(op_name, args, sys._getframe(1))
+        raise _FallbackException("terra-nb: objects are converted on the slow path")
     try:
         outputs = _originals["fast"](ctx, op_name, name, *args)
     except _FallbackException:

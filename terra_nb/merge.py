@@ -58,6 +58,11 @@ class GraphBuilder:
             self._graph = None
         return not self._changed
 
+    @property
+    def last_mapping(self) -> dict[int, int]:
+        """Op index of the last merged trace -> its node id."""
+        return self._previous
+
     def finish(self) -> TraceGraph:
         """The frozen TraceGraph of everything merged so far."""
         if self._graph is None:

@@ -38,6 +38,7 @@ class Placeholder(tensor_lib.Tensor, core.Value):
         self.output = output
         self.sig = (dtype.as_datatype_enum, tuple(shape))  # what call signatures use
         self.value = None  # the real EagerTensor, once known
+        self.item = None  # the GraphRunner work item that computes it, once flushed
 
     # -- what eager tensors have ------------------------------------------------------------
 

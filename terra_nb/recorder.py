@@ -69,6 +69,11 @@ class TraceRecorder:
     def on_fetch(self, tensor) -> None:
         self._fetched.append(tensor)
 
+    @property
+    def count(self) -> int:
+        """Ops logged since ``begin``."""
+        return len(self._raw)
+
     # -- per iteration ----------------------------------------------------------------------
 
     def begin(self, root_frame) -> None:

@@ -1,13 +1,17 @@
 """``Terra``: the public entry point and the phase machine around the user's loop.
 
-    with terra_nb.Terra(mode="trace") as terra:
+    with terra_nb.Terra(mode="coexec") as terra:
         for x, y in terra.loop(batches):
             ...                      # any Python
     terra.graph                      # the TraceGraph
     terra.stats                      # one IterationStats per iteration
+    terra.explain()                  # every fallback, with its reason and source line
 
-Modes: ``trace`` runs the loop eagerly and builds the TraceGraph; ``eager`` runs it untouched with
-the same statistics (the baseline). ``coexec`` and ``lazy`` need the co-execution engine.
+Modes: ``coexec`` traces until an iteration is covered, then co-executes (the PythonRunner runs
+ahead answering ops with placeholders; the GraphRunner runs the confirmed ops as compiled
+segments in its own thread); ``lazy`` is the same with the graph run only when Python waits for
+it (serialised, the comparison point); ``trace`` runs eagerly and builds the TraceGraph; ``eager``
+runs the loop untouched with the same statistics (the baseline).
 """
 
 from __future__ import annotations
@@ -17,26 +21,23 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from . import capture
-from .errors import TerraError, TerraUsageError
-from .location import LocationTable
-from .merge import GraphBuilder
-from .recorder import TraceRecorder
+from .errors import TerraUsageError
+from .phases import CoexecEngine, EagerEngine, IterationResult, Learned, TraceEngine
 from .timeline import RunnerSpan
 from .tracegraph import TraceGraph
 
 MODES = ("coexec", "lazy", "trace", "eager")
-_AVAILABLE = ("trace", "eager")
 _open = threading.local()  # the Terra whose context is open in this thread
 
 
 @dataclass(frozen=True, slots=True)
 class IterationStats:
     """What one iteration did. Times are seconds (``perf_counter``); ``None`` = not measured
-    (eager mode does not look at ops). ``ended``: completed, stopped (break / exception)."""
+    (eager mode does not look at ops). ``ended``: completed, stopped (break / exception).
+    Graph times count the GraphRunner's work on this iteration (it may finish after it)."""
 
     iteration: int
     phase: str
@@ -61,22 +62,9 @@ class Fallback:
     reason: str
     op_type: str
     location: str
-    source_line: str
 
     def __str__(self) -> str:
-        return (
-            f"iteration {self.iteration}: {self.reason} at {self.op_type} "
-            f"({self.location}: {self.source_line.strip()})"
-        )
-
-
-@dataclass(slots=True)
-class Learned:
-    """What a Terra learned about a loop (locations, TraceGraph), reusable by a later Terra
-    running the same code: ``Terra(learned=earlier.learned)``. Runtime state, not plain data."""
-
-    locations: LocationTable
-    builder: GraphBuilder
+        return f"iteration {self.iteration}: {self.reason} at {self.op_type} ({self.location})"
 
 
 class _Step:
@@ -96,44 +84,33 @@ class Terra:
 
     def __init__(
         self,
-        mode: str = "trace",
+        mode: str = "coexec",
         *,
         max_fallbacks: int = 5,
         strict: bool = False,
         xla: bool = False,
         learned: Learned | None = None,
     ) -> None:
-        """``max_fallbacks``: fallbacks within a window after which co-execution gives up and
-        stays in tracing; ``strict``: a fallback after warm-up raises; ``xla``: compile the pure
+        """``max_fallbacks``: fallbacks within 20 iterations after which co-execution gives up
+        and stays in tracing; ``strict``: a fallback after warm-up raises; ``xla``: compile the
         graph segments with XLA; ``learned``: continue from an earlier Terra on the same code."""
         if mode not in MODES:
             raise TerraUsageError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
-        if mode not in _AVAILABLE:
-            raise TerraError(
-                f"mode {mode!r} needs the co-execution engine, which this version of terra-nb "
-                f"does not have yet; use mode='trace' or mode='eager'"
-            )
-        if not isinstance(max_fallbacks, int) or max_fallbacks < 0:
-            raise TerraUsageError(f"max_fallbacks must be an int >= 0, got {max_fallbacks!r}")
+        if not isinstance(max_fallbacks, int) or max_fallbacks < 1:
+            raise TerraUsageError(f"max_fallbacks must be an int >= 1, got {max_fallbacks!r}")
         if learned is not None and not isinstance(learned, Learned):
             raise TerraUsageError("learned= takes the .learned of an earlier Terra")
         self.mode = mode
         self.max_fallbacks = max_fallbacks
         self.strict = strict
         self.xla = xla
-        self._fallbacks: list[Fallback] = []
+        self.learned = learned if learned is not None else Learned()
         self._state = "new"  # new -> open -> closed
+        self._engine: Any = None
         self._stats: list[IterationStats] = []
         self._spans: list[RunnerSpan] = []
+        self._fallbacks: list[Fallback] = []
         self._listeners: list[Callable[[IterationStats], None]] = []
-        if learned is None:
-            locations = LocationTable()
-            learned = Learned(locations, GraphBuilder(loop_location=locations.loop_text))
-        self.learned = learned
-        self._locations = learned.locations
-        self._builder = learned.builder
-        self._recorder = TraceRecorder(self._locations)
-        self._hooks = ExitStack()
         self._iteration: ExitStack | None = None
         self._t_start = 0.0
 
@@ -142,23 +119,35 @@ class Terra:
     def __enter__(self) -> Terra:
         if self._state != "new":
             raise TerraUsageError("this Terra was already used; create a new Terra for each loop")
-        other = getattr(_open, "terra", None)
-        if other is not None:
+        if getattr(_open, "terra", None) is not None:
             raise TerraUsageError(
                 "a Terra context is already open in this thread; Terra contexts cannot be nested"
             )
-        if self.mode == "trace":
-            self._hooks.enter_context(capture.installed())
+        self._engine = self._make_engine()
         _open.terra = self
         self._state = "open"
         return self
 
+    def _make_engine(self):
+        if self.mode == "eager":
+            return EagerEngine(self.learned)
+        if self.mode == "trace":
+            return TraceEngine(self.learned)
+        return CoexecEngine(self.learned, lazy=self.mode == "lazy", xla=self.xla,
+                            max_fallbacks=self.max_fallbacks, strict=self.strict)
+
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self._iteration is not None:
-            self._end("stopped")
-        self._hooks.close()
-        _open.terra = None
-        self._state = "closed"
+        try:
+            if self._iteration is not None:
+                self._end("stopped")
+        finally:
+            _open.terra = None
+            self._state = "closed"
+            try:
+                self._engine.close()  # runs every confirmed op, stops the GraphRunner
+            except Exception:
+                if exc_type is None:  # never hide the user's own exception
+                    raise
 
     # -- iterations -------------------------------------------------------------------------
 
@@ -200,46 +189,35 @@ class Terra:
         if self._iteration is not None:
             raise TerraUsageError("a Terra iteration is already running; iterations cannot nest")
         self._iteration = ExitStack()
-        if self.mode == "trace":
-            self._recorder.begin(root_frame)
-            self._iteration.enter_context(capture.capturing(self._recorder))
+        self._iteration.enter_context(self._engine.begin(root_frame, len(self._stats)))
         self._t_start = time.perf_counter()
 
     def _end(self, ended: str) -> None:
         if self._iteration is None:
             return  # already ended by the context's exit
         t_end = time.perf_counter()
-        self._iteration.close()
-        self._iteration = None
+        try:
+            self._iteration.close()
+            result = self._engine.end()
+        finally:
+            self._iteration = None
+        self._record(result, t_end, ended)
+
+    def _record(self, result: IterationResult, t_end: float, ended: str) -> None:
         index = len(self._stats)
-        counts: dict[str, Any] = {"ops": None, "feeds": None, "fetches": None, "covered": None}
-        if self.mode == "trace":
-            trace = self._recorder.finish(index)
-            covered = self._builder.merge(trace)
-            counts = {
-                "ops": len(trace.ops),
-                "feeds": trace.feeds,
-                "fetches": trace.fetches,
-                "covered": covered,
-            }
-        phase = "tracing" if self.mode == "trace" else "eager"
-        self._spans.append(RunnerSpan("python", "exec", index, phase, self._t_start, t_end))
-        self._stats.append(
-            IterationStats(
-                iteration=index,
-                phase=phase,
-                t_start=self._t_start,
-                t_end=t_end,
-                python_exec=t_end - self._t_start,
-                python_stall=0.0,
-                graph_exec=0.0,
-                graph_stall=0.0,
-                ended=ended,
-                **counts,
-            )
+        stall = sum(s.duration for s in result.stalls)
+        self._spans.extend(_exec_spans(index, result.phase, self._t_start, t_end, result.stalls))
+        if result.fallback is not None:
+            self._fallbacks.append(Fallback(index, *result.fallback))
+        stats = IterationStats(
+            iteration=index, phase=result.phase, t_start=self._t_start, t_end=t_end,
+            python_exec=t_end - self._t_start - stall, python_stall=stall, graph_exec=0.0,
+            graph_stall=0.0, ops=result.ops, feeds=result.feeds, fetches=result.fetches,
+            covered=result.covered, ended=ended,
         )
+        self._stats.append(stats)
         for listener in self._listeners:
-            listener(self._stats[-1])
+            listener(stats)
 
     def subscribe(self, listener: Callable[[IterationStats], None]) -> None:
         """Call ``listener(stats)`` in the loop's thread after every iteration (views use it).
@@ -250,21 +228,52 @@ class Terra:
 
     # -- results ----------------------------------------------------------------------------
 
-    @property
-    def graph(self) -> TraceGraph:
-        """The TraceGraph of the iterations traced so far."""
-        return self._builder.finish()
-
     def explain(self) -> tuple[Fallback, ...]:
-        """Every fallback so far (none in ``trace`` and ``eager`` modes, which never fall back)."""
+        """Every fallback so far: iteration, reason, op and user source line."""
         return tuple(self._fallbacks)
 
     @property
+    def graph(self) -> TraceGraph:
+        """The TraceGraph of the iterations traced so far."""
+        return self.learned.builder.finish()
+
+    @property
+    def programs(self) -> tuple:
+        """The compiled graph segments (co-execution modes); ``str()`` of each lists its ops."""
+        runner = getattr(self._engine, "runner", None)
+        return runner.graph.programs if runner is not None else ()
+
+    @property
     def spans(self) -> tuple[RunnerSpan, ...]:
-        """The runners' exec/stall spans and feed/fetch moments, for the timeline."""
-        return tuple(self._spans)
+        """The runners' exec/stall spans, for the timeline."""
+        return tuple(self._spans) + tuple(getattr(self._engine, "graph_spans", ()))
 
     @property
     def stats(self) -> tuple[IterationStats, ...]:
-        """One record per iteration, in order."""
-        return tuple(self._stats)
+        """One record per iteration, in order (graph times from the GraphRunner's spans)."""
+        graph = getattr(self._engine, "graph_spans", ())
+        if not graph:
+            return tuple(self._stats)
+        exec_, stall = [0.0] * len(self._stats), [0.0] * len(self._stats)
+        for s in graph:
+            if s.iteration < len(self._stats):
+                (exec_ if s.kind == "exec" else stall)[s.iteration] += s.duration
+        return tuple(
+            replace(s, graph_exec=exec_[i], graph_stall=stall[i]) for i, s in enumerate(self._stats)
+        )
+
+
+def _exec_spans(iteration: int, phase: str, start: float, end: float, stalls) -> list[RunnerSpan]:
+    """The PythonRunner's exec spans are the gaps between its stalls; stalls are kept too."""
+    spans, cursor = [], start
+    for stall in sorted(stalls, key=lambda s: s.t_start):
+        if stall.t_start > cursor:
+            spans.append(RunnerSpan("python", "exec", iteration, phase, cursor, stall.t_start))
+        spans.append(stall)
+        cursor = max(cursor, stall.t_end)
+    if end > cursor:
+        spans.append(RunnerSpan("python", "exec", iteration, phase, cursor, end))
+    return spans
+
+
+__all__ = ["MODES", "Fallback", "IterationStats", "Learned", "Terra"]

@@ -19,6 +19,7 @@ from .placeholder import Placeholder
 
 _EAGER = ops.EagerTensor
 _INT_ENUMS = {3, 9}  # DT_INT32, DT_INT64
+_RESOURCE_ENUM = 20
 # Type attrs of inputs that hold shapes, axes, indices into shapes: their values decide shapes.
 _INDEX_ATTRS = {
     "Tidx", "Tshape", "Index", "Tpaddings", "Tmultiples", "Tperm", "Tdim", "index_type",
@@ -69,6 +70,8 @@ def input_sig(x: Any, shape_like: bool) -> tuple:
         return x.sig
     if t is _EAGER:
         enum = x._datatype_enum()
+        if enum == _RESOURCE_ENUM:  # which variable decides the shapes of what is read
+            return (enum, x._id)
         shape = x._shape_tuple()
         if shape_like and enum in _INT_ENUMS and len(shape) <= 1:
             return (enum, shape, tuple(x._numpy_internal().ravel().tolist()))

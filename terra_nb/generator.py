@@ -1,0 +1,122 @@
+"""Graph generation: a straight-line segment of confirmed ops -> one compiled ``tf.function``.
+
+A ``Segment`` is plain data: the ops Python issued since the last flush (TraceGraph node, op type,
+normalised attrs), how each input is wired (``op``: an earlier op of the segment; ``arg``: a
+function argument, i.e. a value computed before the segment or fed from Python; ``var``: a
+variable handle, captured), and which outputs the segment returns (those Python still holds).
+Equal segments share one compiled function. Each op is lowered by a rule of ``lowering_rules``
+(keyed by op type), by default from its OpDef as graph-mode op wrappers do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.python.framework import op_def_library, op_def_registry
+
+from .errors import TerraError
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentOp:
+    node: int
+    op_type: str
+    attrs: tuple[tuple[str, Any], ...]
+    # ("op", position, output) | ("arg", index, 0) | ("var", handle key, 0)
+    inputs: tuple[tuple[str, int, int], ...]
+    n_outputs: int
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    ops: tuple[SegmentOp, ...]
+    args: tuple[tuple[str, tuple[int, ...]], ...]  # (dtype name, shape) per argument
+    returns: tuple[tuple[int, int], ...]  # (op position, output index)
+
+    def __str__(self) -> str:
+        lines = [f"segment({len(self.args)} args) -> {len(self.returns)} values"]
+        for i, op in enumerate(self.ops):
+            ins = " ".join(f"{k}{a}" + (f".{b}" if b else "") for k, a, b in op.inputs)
+            lines.append(f"  #{i} node {op.node}: {op.op_type} {ins}")
+        return "\n".join(lines)
+
+
+Rule = Callable[[SegmentOp, list], list]
+lowering_rules: dict[str, Rule] = {}
+
+
+def _op_def_rule(op: SegmentOp, inputs: list) -> list:
+    """Build the op from its OpDef, as generated graph-mode wrappers do."""
+    op_def = op_def_registry.get(op.op_type)
+    if op_def is None:
+        raise TerraError(f"terra-nb cannot lower op {op.op_type} into a graph")
+    attrs = dict(op.attrs)
+    kwargs = _group_inputs(op_def, attrs, inputs)
+    inferred = _inferred(op.op_type, op_def)
+    kwargs.update({k: v for k, v in attrs.items() if k not in inferred})
+    _, _, graph_op, _ = op_def_library._apply_op_helper(op.op_type, **kwargs)
+    return list(graph_op.outputs)
+
+
+_inferred_cache: dict[str, frozenset[str]] = {}
+
+
+def _inferred(op_type: str, op_def) -> frozenset[str]:
+    """Attrs TensorFlow infers from the inputs (passing them is an error)."""
+    names = _inferred_cache.get(op_type)
+    if names is None:
+        names = frozenset(
+            n for a in op_def.input_arg for n in (a.type_attr, a.number_attr, a.type_list_attr) if n
+        )
+        _inferred_cache[op_type] = names
+    return names
+
+
+def _group_inputs(op_def, attrs: dict, flat: list) -> dict:
+    """Regroup flattened inputs into the OpDef's (possibly list-valued) input arguments."""
+    out, position = {}, 0
+    for arg in op_def.input_arg:
+        if arg.number_attr:
+            width = attrs[arg.number_attr]
+        elif arg.type_list_attr:
+            width = len(attrs[arg.type_list_attr])
+        else:
+            out[arg.name] = flat[position]
+            position += 1
+            continue
+        out[arg.name] = list(flat[position : position + width])
+        position += width
+    return out
+
+
+def lower(op: SegmentOp, inputs: list) -> list:
+    """Build ``op`` in the current (graph) context; returns its outputs."""
+    return lowering_rules.get(op.op_type, _op_def_rule)(op, inputs)
+
+
+def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False):
+    """The concrete function that runs ``segment``; ``handles`` maps variable keys to handles."""
+
+    def body(*args):
+        env: list[list] = []
+        for op in segment.ops:
+            inputs = []
+            for kind, a, b in op.inputs:
+                if kind == "op":
+                    inputs.append(env[a][b])
+                elif kind == "arg":
+                    inputs.append(args[a])
+                else:
+                    inputs.append(handles[a])
+            outputs = lower(op, inputs)
+            if len(outputs) != op.n_outputs:
+                raise TerraError(f"lowering {op.op_type} gave {len(outputs)} outputs")
+            env.append(outputs)
+        return [env[p][k] for p, k in segment.returns]
+
+    specs = [tf.TensorSpec(shape, dtype) for dtype, shape in segment.args]
+    function = tf.function(body, autograph=False, jit_compile=xla or None, reduce_retracing=False)
+    return function.get_concrete_function(*specs)

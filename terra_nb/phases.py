@@ -1,0 +1,162 @@
+"""What each mode does around one iteration: the eager baseline, tracing, and co-execution.
+
+An engine opens an iteration (``begin`` returns the capture context for it) and closes it
+(``end`` returns an ``IterationResult``). ``Terra`` (session.py) keeps the statistics and the
+public surface; the engines keep the TraceGraph builder, the signature index and the runners.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass, field
+
+from . import capture
+from .errors import TerraError
+from .location import LocationTable
+from .merge import GraphBuilder
+from .python_runner import PythonRunner, SignatureIndex
+from .recorder import TraceRecorder
+from .timeline import RunnerSpan
+
+
+@dataclass(slots=True)
+class Learned:
+    """What a Terra learned about a loop (locations, TraceGraph, call signatures), reusable by a
+    later Terra running the same code: ``Terra(learned=earlier.learned)``. Runtime state."""
+
+    locations: LocationTable = field(default_factory=LocationTable)
+    builder: GraphBuilder = field(default_factory=GraphBuilder)
+    index: SignatureIndex = field(default_factory=SignatureIndex)
+
+    def __post_init__(self) -> None:
+        self.builder._loop_location = self.locations.loop_text
+
+
+@dataclass(slots=True)
+class IterationResult:
+    phase: str  # eager | tracing | coexec | fallback
+    ops: int | None = None
+    feeds: int | None = None
+    fetches: int | None = None
+    covered: bool | None = None
+    stalls: list[RunnerSpan] = field(default_factory=list)
+    fallback: tuple[str, str, str] | None = None  # (reason, op type, location + source line)
+
+
+class EagerEngine:
+    """The baseline: nothing is captured."""
+
+    def __init__(self, learned: Learned) -> None:
+        self.learned = learned
+
+    def begin(self, root_frame, iteration: int):
+        return contextlib.nullcontext()
+
+    def end(self) -> IterationResult:
+        return IterationResult("eager")
+
+    def close(self) -> None:
+        pass
+
+
+class TraceEngine:
+    """Runs eagerly, records every op and merges each iteration's trace into the TraceGraph."""
+
+    def __init__(self, learned: Learned) -> None:
+        self.learned = learned
+        self.recorder = TraceRecorder(learned.locations)
+        self._iteration = 0
+
+    def begin(self, root_frame, iteration: int):
+        self._iteration = iteration
+        self.recorder.begin(root_frame)
+        return capture.capturing(self.recorder)
+
+    def end(self) -> IterationResult:
+        trace = self.recorder.finish(self._iteration)
+        return IterationResult(
+            "tracing", len(trace.ops), trace.feeds, trace.fetches, _merge(self.learned, trace,
+                                                                          self.recorder.signatures)
+        )
+
+    def close(self) -> None:
+        pass
+
+
+def _merge(learned: Learned, trace, signatures) -> bool:
+    covered = learned.builder.merge(trace)
+    learned.index.learn(trace, signatures, learned.builder.last_mapping)
+    return covered
+
+
+class CoexecEngine:
+    """Traces until an iteration is covered, then co-executes; falls back on divergence.
+
+    After ``max_fallbacks`` fallbacks within ``window`` iterations it warns and stays in tracing.
+    """
+
+    window = 20
+
+    def __init__(self, learned: Learned, *, lazy: bool, xla: bool, max_fallbacks: int,
+                 strict: bool) -> None:
+        self.learned = learned
+        self.runner = PythonRunner(learned.locations, learned.index, lazy=lazy, xla=xla)
+        self.max_fallbacks = max_fallbacks
+        self.strict = strict
+        self.ready = bool(learned.index.entries) and learned.builder.traces > 0
+        self.gave_up = False
+        self._fallback_iterations: list[int] = []
+        self._iteration = 0
+        self._hold = contextlib.ExitStack()
+        capture.hold_placeholders()
+        self._hold.callback(capture.release_placeholders)
+
+    def begin(self, root_frame, iteration: int):
+        self._iteration = iteration
+        self.runner.begin(root_frame, iteration, coexec=self.ready and not self.gave_up)
+        return capture.capturing(self.runner)
+
+    def end(self) -> IterationResult:
+        runner = self.runner
+        trace = runner.end()
+        stalls = runner.take_stall_spans()
+        if trace is None:
+            return IterationResult("coexec", runner.ops, None, runner.fetches, True, stalls)
+        covered = _merge(self.learned, trace, self.log_signatures())
+        fell_back = runner.divergence is not None
+        self.ready = covered or fell_back and self.ready
+        result = IterationResult("fallback" if fell_back else "tracing", len(trace.ops),
+                                 trace.feeds, trace.fetches, covered, stalls, runner.divergence)
+        if fell_back:
+            self._count_fallback()
+        return result
+
+    def log_signatures(self):
+        return self.runner.log.signatures
+
+    def _count_fallback(self) -> None:
+        if self.strict:
+            reason, op_type, where = self.runner.divergence
+            raise TerraError(
+                f"--strict: iteration {self._iteration} fell back to tracing ({reason} at "
+                f"{op_type}, {where}); run without strict mode to let terra-nb adapt"
+            )
+        self._fallback_iterations.append(self._iteration)
+        recent = [i for i in self._fallback_iterations if i > self._iteration - self.window]
+        if len(recent) >= self.max_fallbacks and not self.gave_up:
+            self.gave_up = True
+            warnings.warn(
+                f"terra-nb: {len(recent)} fallbacks in the last {self.window} iterations; "
+                f"staying in tracing for the rest of this loop; `terra.explain()` says why.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def close(self) -> None:
+        with self._hold:
+            self.runner.close()
+
+    @property
+    def graph_spans(self) -> list[RunnerSpan]:
+        return self.runner.graph.spans

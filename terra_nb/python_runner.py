@@ -1,0 +1,387 @@
+"""The PythonRunner: the capture sink that answers ops with placeholders during co-execution.
+
+Per op call (``run_op``): a pure op on real values runs as usual; an op that touches a
+placeholder or a variable is looked up by its call signature in the ``SignatureIndex`` (learned in
+tracing) and answered with placeholders of the traced shapes, without computing anything; the op
+joins the pending segment, which is flushed to the GraphRunner when it grows, when Python needs a
+value (a fetch) and at the end of the iteration. An op that needs real inputs (a function call, an
+op with data-dependent output shapes, a stateful op without a variable) runs eagerly once the
+graph has caught up.
+
+The graph only ever runs ops Python has already issued, so nothing unconfirmed can take effect. A
+call the index does not know is a *divergence*: the pending ops are flushed, the graph catches up,
+and the rest of the iteration runs eagerly and is traced (fallback). The iteration log keeps every
+op of the iteration, so a fallback iteration's trace is complete.
+"""
+
+from __future__ import annotations
+
+import linecache
+import sys
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tensorflow.python.eager import execute, record
+from tensorflow.python.eager.core import _FallbackException
+from tensorflow.python.framework import constant_op, dtypes, ops
+
+from . import capture
+from .errors import TerraError
+from .generator import Segment, SegmentOp
+from .location import LocationTable
+from .placeholder import Placeholder
+from .recorder import TensorRef, TraceRecorder
+from .runners import GraphRunner, WorkItem
+from .signature import call_signature, op_info
+from .timeline import RunnerSpan
+from .trace import Trace
+
+_EAGER = ops.EagerTensor
+_RESOURCE_ENUM = dtypes.resource.as_datatype_enum
+# Ops whose output shapes depend on input values: Python must see real outputs.
+HOST_OPS = frozenset(
+    {"Where", "Unique", "UniqueV2", "UniqueWithCounts", "UniqueWithCountsV2", "NonMaxSuppressionV3",
+     "NonMaxSuppressionV4", "NonMaxSuppressionV5", "DenseToSparseSetOperation", "Bincount"}
+)
+FAST_FALLBACK = "fast-path fell back"
+
+
+def _static(x) -> list[int]:
+    return x.shape.as_list()
+
+
+SHAPE_RULES = {
+    "Shape": lambda flat, t: [constant_op.constant(_static(flat[0]), dtype=t)],
+    "ShapeN": lambda flat, t: [constant_op.constant(_static(x), dtype=t) for x in flat],
+    "Size": lambda flat, t: [constant_op.constant(int(np.prod(_static(flat[0]))), dtype=t)],
+    "Rank": lambda flat, t: [constant_op.constant(len(_static(flat[0])), dtype=dtypes.int32)],
+}  # index value: the fast path refused this call in tracing
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What answering a known call needs: its node, output specs, attrs, return structure."""
+
+    node: int
+    op_type: str
+    attrs: tuple
+    flat_attrs: tuple
+    inputs: tuple[tuple[str, tuple], ...]  # (dtype name, shape) per flattened input
+    outputs: tuple[tuple[Any, tuple], ...]  # (tf.DType, shape)
+    structure: str
+
+
+class SignatureIndex:
+    """Call signature -> Entry (or FAST_FALLBACK), learned from traced iterations."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple, Entry | str] = {}
+        self._sites: dict[tuple, list[tuple]] = {}  # (op name, loc) -> signatures, for explain
+
+    def learn(self, trace: Trace, signatures, mapping: dict[int, int]) -> None:
+        for op, (sig, fast_sig) in zip(trace.ops, signatures):
+            if sig not in self.entries:
+                structure = "list" if sig[2] and isinstance(sig[0], bytes) else None
+                self.entries[sig] = Entry(
+                    node=mapping[op.index],
+                    op_type=op.op_type,
+                    attrs=op.attrs,
+                    flat_attrs=tuple(x for kv in op.attrs for x in kv),
+                    inputs=tuple((s.dtype, s.shape) for s in op.input_specs),
+                    outputs=tuple((dtypes.as_dtype(s.dtype), s.shape) for s in op.outputs),
+                    structure=structure or _structure(op.op_type, sig),
+                )
+                self._sites.setdefault(sig[:2], []).append(sig)
+            if fast_sig is not None:
+                self.entries.setdefault(fast_sig, FAST_FALLBACK)
+
+    def why_unknown(self, sig: tuple) -> str:
+        """A short reason why ``sig`` is not in the index."""
+        known = self._sites.get(sig[:2])
+        if not known:
+            return "new op or new program location"
+        if all(k[2] != sig[2] for k in known):
+            return "new attributes"
+        if all(len(k[3]) != len(sig[3]) or k[3] != sig[3] for k in known):
+            return "new input shape, dtype or shape-defining value"
+        return "new call"
+
+
+def _structure(op_type: str, sig: tuple) -> str:
+    # The slow path (``execute``) always returns a list; the fast path follows the OpDef.
+    return "list" if isinstance(sig[0], bytes) else op_info(op_type).structure
+
+
+class PythonRunner:
+    """Capture sink for coexec and lazy modes (also traces, after a divergence or in warm-up)."""
+
+    intercepts = True
+
+    def __init__(self, locations: LocationTable, index: SignatureIndex, *, lazy: bool,
+                 xla: bool, chunk_ops: int = 64) -> None:
+        self.locations = locations
+        self.index = index
+        self.lazy = lazy
+        self.chunk_ops = chunk_ops
+        self.log = TraceRecorder(locations)
+        self.handles: dict[int, Any] = {}
+        self.graph = GraphRunner(self.handles, xla=xla)
+        self.state = "tracing"
+        self.iteration = 0
+        self.stall = 0.0
+        self.fetches = 0
+        self.ops = 0
+        self._stall_spans: list[RunnerSpan] = []
+        self.divergence: tuple[str, str, str] | None = None  # (reason, op type, location)
+        self._pending: list[tuple[Entry, list, list[Placeholder]]] = []
+        self._kept: list[weakref.ref] = []  # placeholders whose values left the graph
+
+    # -- iterations -------------------------------------------------------------------------
+
+    def begin(self, root_frame, iteration: int, coexec: bool) -> None:
+        self.log.begin(root_frame)
+        self.iteration = iteration
+        self.state = "coexec" if coexec else "tracing"
+        self.stall = 0.0
+        self.fetches = 0
+        self.divergence = None
+
+    def take_stall_spans(self) -> list[RunnerSpan]:
+        """This iteration's PythonRunner stalls (waiting for the graph), and clear them."""
+        spans, self._stall_spans = self._stall_spans, []
+        return spans
+
+    def _stalled(self, start: float) -> None:
+        end = time.perf_counter()
+        self.stall += end - start
+        if end - start > 2e-5:  # a queue put that did not block is no stall worth drawing
+            phase = "coexec" if self.state == "coexec" else "fallback"
+            span = RunnerSpan("python", "stall", self.iteration, phase, start, end)
+            self._stall_spans.append(span)
+
+    def end(self) -> Trace | None:
+        """Close the iteration: its trace if any of it was traced, else None."""
+        self.flush()
+        if self.lazy:
+            self._wait_idle()
+        self.ops = self.log.count
+        if self.state == "coexec":
+            self.log.discard()
+            return None
+        return self.log.finish(self.iteration)
+
+    def close(self) -> None:
+        """Run every confirmed op, stop the GraphRunner, keep live placeholders usable."""
+        try:
+            self.flush()
+            self._wait_idle()
+        finally:
+            self.graph.close()
+            alive = [ph for ref in self._kept if (ph := ref()) is not None]
+            capture.hold_until_collected(alive)
+
+    # -- the hook ---------------------------------------------------------------------------
+
+    def run_op(self, run, op_name, args, attrs, frame):
+        loc = self.locations.locate(frame)
+        if self.state != "coexec":
+            return self._trace_op(run, op_name, args, attrs, loc)
+        op_type = op_name.decode() if isinstance(op_name, bytes) else op_name
+        info = op_info(op_type)
+        inputs = args if attrs is not None else args[: info.n_inputs]
+        flat = _flat(inputs)
+        placeholders, resources = _scan(flat)
+        if not placeholders and not resources and not info.stateful:
+            return self._trace_op(run, op_name, args, attrs, loc)  # pure, on real values
+        if op_type in SHAPE_RULES and not resources:
+            return self._fold(op_type, op_name, args, attrs, flat, loc)
+        if op_type in HOST_OPS or not info.known or (info.stateful and not resources):
+            self.flush()
+            self._wait_idle()
+            return self._trace_op(run, op_name, args, attrs, loc)
+        sig = call_signature(op_name, args, attrs, loc)
+        entry = self.index.entries.get(sig)
+        if entry is None:
+            return self._diverge(run, op_name, args, attrs, loc, sig)
+        if entry is FAST_FALLBACK:
+            raise _FallbackException("terra-nb: the slow path handles this call")
+        return self._answer(entry, op_name, args, attrs, flat, loc)
+
+    def on_fetch(self, tensor) -> None:
+        self.fetches += 1
+        self.log.on_fetch(tensor)
+
+    def on_fast_fallback(self, op_name, args, frame) -> None:
+        self.log.on_fast_fallback(op_name, args, frame)
+
+    # -- answering with placeholders --------------------------------------------------------
+
+    def _answer(self, entry: Entry, op_name, args, attrs, flat: list, loc: int):
+        outs = [Placeholder(d, s, self, entry.node, k) for k, (d, s) in enumerate(entry.outputs)]
+        self._pending.append((entry, flat, outs))
+        self.log.record(op_name, _light(args), attrs, [TensorRef(o) for o in outs], loc)
+        if record.could_possibly_record():
+            execute.record_gradient(entry.op_type, _tensors(flat, entry), entry.flat_attrs, outs)
+        if len(self._pending) >= self.chunk_ops:
+            self.flush()
+        if entry.structure == "single":
+            return outs[0]
+        return None if entry.structure == "none" else outs
+
+    def _trace_op(self, run, op_name, args, attrs, loc: int):
+        real = capture.real_values(args)
+        try:
+            outputs = run(real)
+        except _FallbackException:
+            self.log._attempt = (op_name, _light(args), loc)
+            raise
+        self.log.record(op_name, _light(args), attrs, outputs, loc)
+        return outputs
+
+    def _fold(self, op_type: str, op_name, args, attrs, flat: list, loc: int):
+        """Shape, Size, Rank of placeholders are known statically: answer with real values, so
+        what is computed from shapes (gradient broadcasting, reshapes) stays concrete."""
+        pairs = attrs if attrs is not None else args[op_info(op_type).n_inputs :]
+        attr = dict(zip(pairs[::2], pairs[1::2]))
+        out_type = dtypes.as_dtype(attr.get("out_type", dtypes.int32))
+        with capture.bypass():
+            outputs = SHAPE_RULES[op_type](flat, out_type)
+        self.log.record(op_name, _light(args), attrs, outputs, loc)
+        if attrs is not None or op_type == "ShapeN":
+            return outputs
+        return outputs[0]
+
+    def _diverge(self, run, op_name, args, attrs, loc: int, sig: tuple):
+        location = self.locations.locations[loc]
+        file, line, _ = location.user_frames[-1] if location.user_frames else ("", 0, "")
+        source = linecache.getline(file, line).strip() if file else ""
+        op_type = op_name.decode() if isinstance(op_name, bytes) else op_name
+        self.divergence = (self.index.why_unknown(sig), op_type, f"{location.text}  {source}")
+        self.flush()
+        self._wait_idle()
+        self.state = "tracing"
+        return self._trace_op(run, op_name, args, attrs, loc)
+
+    # -- talking to the GraphRunner ---------------------------------------------------------
+
+    def flush(self) -> None:
+        """Send the pending ops to the GraphRunner as one segment (returns at once)."""
+        if not self._pending:
+            return
+        segment_ops, args, specs, outs = self._build()
+        self._pending = []
+        # A placeholder only this runner refers to (the ``outs`` tuple, the loop variable and
+        # getrefcount's argument) can never be used again: its value need not leave the graph.
+        kept = [(p, k, ph) for p, k, ph in outs if sys.getrefcount(ph) > 3]
+        segment = Segment(tuple(segment_ops), tuple(specs), tuple((p, k) for p, k, _ in kept))
+        item = WorkItem(segment, args, [ph for _, _, ph in kept], self.iteration, self.state)
+        for _, _, ph in kept:
+            ph.item = item
+            self._kept.append(weakref.ref(ph))
+        if len(self._kept) > 4096:
+            self._kept = [ref for ref in self._kept if ref() is not None]
+        start = time.perf_counter()
+        self.graph.submit(item)
+        self._stalled(start)
+
+    def _build(self) -> tuple[list, list, list, list]:
+        """The pending ops as segment ops, their arguments and specs, and every output."""
+        segment_ops, args, specs, produced, outs = [], [], [], {}, []
+        arg_of: dict[int, int] = {}
+        for position, (entry, flat, op_outs) in enumerate(self._pending):
+            wiring = []
+            for i, x in enumerate(flat):
+                if type(x) is Placeholder and id(x) in produced:
+                    wiring.append(("op", *produced[id(x)]))
+                elif type(x) is _EAGER and x._datatype_enum() == _RESOURCE_ENUM:
+                    self.handles[x._id] = x
+                    wiring.append(("var", x._id, 0))
+                else:
+                    if id(x) not in arg_of:
+                        arg_of[id(x)] = len(args)
+                        args.append(x)
+                        specs.append(entry.inputs[i])
+                    wiring.append(("arg", arg_of[id(x)], 0))
+            segment_ops.append(
+                SegmentOp(entry.node, entry.op_type, entry.attrs, tuple(wiring), len(op_outs))
+            )
+            for k, ph in enumerate(op_outs):
+                produced[id(ph)] = (position, k)
+                outs.append((position, k, ph))
+        return segment_ops, args, specs, outs
+
+    def materialise(self, placeholder: Placeholder):
+        """A fetch: the real value of ``placeholder``, waiting for the graph if needed."""
+        if placeholder.value is None:
+            if placeholder.item is None:
+                self.flush()
+            item = placeholder.item
+            if item is None:
+                raise TerraError(f"the value of node {placeholder.node} was not kept")
+            start = time.perf_counter()
+            item.done.wait()
+            self._stalled(start)
+            if item.error is not None:
+                raise item.error
+            if self.lazy:
+                self._wait_idle()
+        self.fetches += 1
+        self.log.on_fetch(TensorRef(placeholder))
+        return placeholder.value
+
+    def _wait_idle(self) -> None:
+        start = time.perf_counter()
+        try:
+            self.graph.wait_idle()
+        finally:
+            self._stalled(start)
+
+
+def _flat(inputs) -> list:
+    out = []
+    for x in inputs:
+        if type(x) is list or type(x) is tuple:
+            out.extend(x)
+        else:
+            out.append(x)
+    return out
+
+
+def _scan(flat: list) -> tuple[bool, bool]:
+    placeholders = resources = False
+    for x in flat:
+        t = type(x)
+        if t is Placeholder:
+            placeholders = True
+        elif t is _EAGER and x._datatype_enum() == _RESOURCE_ENUM:
+            resources = True
+    return placeholders, resources
+
+
+def _light(args):
+    """``args`` with placeholders replaced by TensorRefs (the log must not keep them alive)."""
+    if not any(type(a) is Placeholder or type(a) in (list, tuple) for a in args):
+        return args
+    out = []
+    for a in args:
+        if type(a) is Placeholder:
+            a = TensorRef(a)
+        elif type(a) in (list, tuple):
+            a = [TensorRef(x) if type(x) is Placeholder else x for x in a]
+        out.append(a)
+    return tuple(out)
+
+
+def _tensors(flat: list, entry: Entry) -> list:
+    """Inputs for the tape: Python values converted to tensors of the op's input dtype."""
+    out = []
+    for x, (dtype, _) in zip(flat, entry.inputs):
+        if type(x) is Placeholder or isinstance(x, _EAGER):
+            out.append(x)
+        else:
+            with capture.bypass():
+                out.append(constant_op.constant(x, dtype=dtype))
+    return out

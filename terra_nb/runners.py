@@ -1,0 +1,129 @@
+"""The GraphRunner: runs flushed segments, in order, in its own thread.
+
+The PythonRunner submits one ``WorkItem`` per flush: a ``Segment`` (plain data), the objects for
+its arguments, and the placeholders to fill with its returned values. The queue is bounded, so
+Python can run ahead of the graph by a bounded amount of work (back-pressure). Segments are
+compiled once and cached. A failure inside a segment is kept and raised in Python at its next
+synchronisation point (a fetch, a flush that waits, the end of the loop).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any
+
+import tensorflow as tf
+
+from .errors import TerraError
+from .generator import Segment, compile_segment
+from .placeholder import Placeholder
+from .timeline import RunnerSpan
+
+
+class WorkItem:
+    """One flush: run ``segment`` on ``args``; put its returned values into ``returns``."""
+
+    __slots__ = ("segment", "args", "returns", "iteration", "phase", "done", "error")
+
+    def __init__(self, segment: Segment, args: list, returns: list, iteration: int, phase: str):
+        self.segment = segment
+        self.args = args
+        self.returns = returns
+        self.iteration = iteration
+        self.phase = phase
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+
+class GraphRunner:
+    """Executes work items in submission order on a background thread."""
+
+    def __init__(self, handles: dict[int, Any], *, xla: bool = False, max_ahead: int = 8) -> None:
+        self.handles = handles
+        self.xla = xla
+        self.spans: list[RunnerSpan] = []
+        self.error: BaseException | None = None
+        self.compiled = 0
+        self._cache: dict[Segment, Any] = {}
+        self._queue: queue.Queue = queue.Queue(maxsize=max_ahead)
+        self._thread = threading.Thread(target=self._run, name="terra-graph-runner", daemon=True)
+        self._thread.start()
+
+    def submit(self, item: WorkItem) -> None:
+        """Queue ``item`` (blocks while the queue is full)."""
+        if not self._thread.is_alive():
+            raise TerraError("the GraphRunner has stopped; this Terra loop cannot continue")
+        self._queue.put(item)
+
+    def wait_idle(self) -> None:
+        """Block until every submitted item has run; raise the first failure, if any."""
+        self._queue.join()
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        """Finish the queued work and stop the thread (idempotent)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    @property
+    def programs(self) -> tuple[Segment, ...]:
+        """The segments compiled so far (the generated program, inspectable)."""
+        return tuple(self._cache)
+
+    # -- the thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        idle_since = time.perf_counter()
+        while True:
+            item = self._queue.get()
+            if item is None:
+                self._queue.task_done()
+                return
+            start = time.perf_counter()
+            self.spans.append(
+                RunnerSpan("graph", "stall", item.iteration, item.phase, idle_since, start)
+            )
+            try:
+                if self.error is None:
+                    self._execute(item)
+                else:
+                    item.error = self.error
+            except BaseException as error:  # kept and raised in the Python thread
+                self.error = item.error = error
+            finally:
+                idle_since = time.perf_counter()
+                self.spans.append(
+                    RunnerSpan("graph", "exec", item.iteration, item.phase, start, idle_since)
+                )
+                item.done.set()
+                self._queue.task_done()
+
+    def _execute(self, item: WorkItem) -> None:
+        function = self._cache.get(item.segment)
+        if function is None:
+            function = compile_segment(item.segment, self.handles, self.xla)
+            self._cache[item.segment] = function
+            self.compiled += 1
+        args = [_argument(a, dtype) for a, (dtype, _) in zip(item.args, item.segment.args)]
+        values = function(*args)
+        for placeholder, value in zip(item.returns, values):
+            if value.shape != placeholder.shape:
+                raise TerraError(
+                    f"op output shape {value.shape} differs from the traced {placeholder.shape} "
+                    f"(node {placeholder.node}); the op's output shape depends on input values"
+                )
+            placeholder.value = value
+
+
+def _argument(value: Any, dtype: str):
+    if isinstance(value, Placeholder):
+        if value.value is None:
+            raise TerraError(f"internal: the value of node {value.node} was not kept")
+        return value.value
+    if isinstance(value, tf.Tensor):
+        return value
+    return tf.convert_to_tensor(value, dtype)
