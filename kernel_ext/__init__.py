@@ -1,4 +1,71 @@
-"""The IPython side of terra-nb: notebook execution helpers (and, later, the %%terra magics).
+"""terra-nb in IPython/Jupyter: the ``%%terra`` and ``%terra`` magics.
+
+Load
+    ``%load_ext terra_nb`` (or ``%load_ext kernel_ext``); ``%unload_ext terra_nb`` removes the
+    magics again. Loading twice is harmless.
+
+Run a training loop under terra-nb
+    ::
+
+        %%terra [--mode coexec|lazy|trace|eager] [--viz | --no-viz] [--max-fallbacks N]
+                [--strict] [--xla] [--quiet]
+        model = make_model()                  # runs normally
+        for x, y in batches():                # the first top-level for/while loop:
+            ...                               #   each iteration is one Terra iteration
+        print("done")                         # runs normally
+
+    A cell without a loop runs as one iteration. Names the cell assigns land in the user
+    namespace exactly as in a plain cell; ``break``/``continue``/``else``, functions and classes
+    defined in the cell, and tracebacks pointing at the cell's lines all work as usual. The
+    last expression of the cell is displayed as in a plain cell. Running the same cell again
+    (same body, same engine options) continues from the TraceGraph the earlier runs built.
+    During a long loop one progress line (iteration, phase, iterations/s) updates in place; a
+    one-line summary follows the cell. Ctrl-C (interrupt the kernel) stops the loop; the
+    variables are as eager execution left them at that point.
+
+    ``--mode``: ``trace`` (default for now) runs eagerly and builds the TraceGraph, ``eager``
+    is the untouched baseline, ``coexec``/``lazy`` need the co-execution engine. ``--viz`` shows
+    the live dashboard of ``terra_nb.views`` (text progress when it is not installed).
+    ``--quiet`` shows neither progress nor summary. ``%%terra?`` lists the options.
+
+Inspect the last run
+    ``%terra status`` (phase, iterations, fallbacks, speed; ``%terra`` alone does the same),
+    ``%terra explain`` (why each fallback happened), ``%terra graph`` (the TraceGraph),
+    ``%terra timeline`` (per-iteration runner time), ``%terra export DIR`` (writes
+    ``tracegraph.json``, ``tracegraph.dot`` and ``timeline.json``, a Chrome trace that opens in
+    Perfetto), ``%terra reset`` (forget the cached graphs). ``status``, ``explain`` and
+    ``export`` return their result, e.g. ``s = %terra status``.
+
+Settings
+    ``%config TerraMagics`` lists them: ``default_mode``, ``viz``, ``max_fallbacks``, ``quiet``,
+    ``progress_interval`` (seconds between progress updates), ``cache_size``.
 
 ``python -m kernel_ext.run_notebook NOTEBOOK`` executes a notebook headless in a real kernel.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+_NAME = "TerraMagics"
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the magics and their settings with ``ipython`` (once)."""
+    from .magics import TerraMagics
+
+    if _NAME in ipython.magics_manager.registry:
+        return
+    ipython.register_magics(TerraMagics(shell=ipython))  # also adds it to shell.configurables
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """Remove the magics and their settings; nothing of the extension stays registered."""
+    magics = ipython.magics_manager.registry.pop(_NAME, None)
+    if magics is None:
+        return
+    for table in ipython.magics_manager.magics.values():
+        for name, func in list(table.items()):
+            if getattr(func, "__self__", None) is magics:
+                del table[name]
+    ipython.configurables[:] = [c for c in ipython.configurables if c is not magics]

@@ -1,0 +1,115 @@
+"""%terra status | explain | graph | timeline | export PATH | reset."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from IPython.core.error import UsageError
+
+from kernel_ext.report import Explanation, Status
+
+LOOP = """
+import tensorflow as tf
+v = tf.Variable(1.0)
+for i in range(4):
+    v.assign(v * 2.0)
+    if i % 2:
+        v.assign_add(1.0)
+"""
+
+
+@pytest.fixture
+def ran(ip, no_views):
+    """A shell whose last %%terra run is LOOP (views unavailable: text output)."""
+    assert ip.run_cell("%%terra --quiet\n" + LOOP).success
+    return ip
+
+
+def test_status_reports_the_last_run(ran):
+    status = ran.run_line_magic("terra", "status")
+    terra = ran.magics_manager.registry["TerraMagics"].runner.last
+    assert isinstance(status, Status)
+    assert (status.mode, status.phase, status.iterations, status.completed) == (
+        "trace", "tracing", 4, 4)
+    assert status.fallbacks == len(terra.explain()) == 0
+    assert status.nodes == len(terra.graph.nodes) > 2
+    assert status.speed > 0 and status.error == ""
+    assert ran.run_line_magic("terra", "") == status  # status is the default
+    assert "iterations  4 (4 completed)" in str(status)
+
+
+def test_status_after_an_error_names_it(ip):
+    ip.run_cell("%%terra --quiet\nfor i in range(5):\n    if i == 2:\n        1 / 0\n")
+    status = ip.run_line_magic("terra", "status")
+    assert (status.iterations, status.completed, status.error, status.stopped_at) == (
+        3, 2, "ZeroDivisionError", 2)
+
+
+def test_explain_lists_fallbacks(ran):
+    explanation = ran.run_line_magic("terra", "explain")
+    assert isinstance(explanation, Explanation)
+    assert explanation.fallbacks == ()
+    assert str(explanation) == "no fallbacks in the last run (mode trace)"
+
+
+def test_graph_prints_the_tracegraph(ran, capsys):
+    capsys.readouterr()
+    assert ran.run_line_magic("terra", "graph") is None
+    terra = ran.magics_manager.registry["TerraMagics"].runner.last
+    assert capsys.readouterr().out == repr(terra.graph) + "\n"
+
+
+def test_timeline_prints_one_line_per_iteration(ran, capsys):
+    capsys.readouterr()
+    ran.run_line_magic("terra", "timeline")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:5] == ["iter", "phase", "ms", "ops", "graph"]
+    rows = [line.split() for line in lines[1:]]
+    terra = ran.magics_manager.registry["TerraMagics"].runner.last
+    assert [r[0] for r in rows] == ["0", "1", "2", "3"]
+    assert [r[1] for r in rows] == ["tracing"] * 4
+    assert [int(r[3]) for r in rows] == [s.ops for s in terra.stats]
+    assert [r[4] == "covered" for r in rows] == [s.covered for s in terra.stats]
+
+
+def test_export_writes_graph_and_chrome_trace(ran, tmp_path):
+    out = ran.run_line_magic("terra", f"export {tmp_path / 'run1'}")
+    terra = ran.magics_manager.registry["TerraMagics"].runner.last
+    assert json.loads(out.graph_json.read_text()) == json.loads(terra.graph.to_json())
+    assert out.graph_dot.read_text() == terra.graph.to_dot()
+    events = json.loads(out.chrome_trace.read_text())["traceEvents"]
+    assert sum(e["ph"] == "X" for e in events) == len(terra.spans) == 4
+    assert str(out).count("wrote ") == 3
+
+
+def test_reset_forgets_cached_graphs(ran, capsys):
+    cell = "%%terra --quiet\nfor i in range(3):\n    v.assign(v * 2.0)\n"
+    assert ran.run_cell(cell).success
+    runner = ran.magics_manager.registry["TerraMagics"].runner
+    assert ran.run_cell(cell).success and runner.last.stats[0].covered
+    capsys.readouterr()
+    ran.run_line_magic("terra", "reset")
+    assert capsys.readouterr().out == "terra: forgot 2 cached cell graph(s)\n"  # LOOP, cell
+    assert ran.run_cell(cell).success
+    assert runner.last.stats[0].covered is False  # traced from scratch again
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("frobnicate", "invalid choice: 'frobnicate'"),
+        ("export", "needs a directory"),
+        ("status now", "takes no argument"),
+        ("graph a b", "unrecognized arguments"),
+    ],
+)
+def test_bad_subcommands_are_usage_errors(ran, line, message):
+    with pytest.raises(UsageError, match=message):
+        ran.run_line_magic("terra", line)
+
+
+@pytest.mark.parametrize("command", ["status", "explain", "graph", "timeline", "export x"])
+def test_nothing_to_show_before_a_run(ip, command):
+    with pytest.raises(UsageError, match="no %%terra cell has run yet"):
+        ip.run_line_magic("terra", command)

@@ -1,0 +1,110 @@
+"""%%terra options and bad usage."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+from ext_helpers import assert_same, plain_and_terra
+from IPython.core.error import UsageError
+
+import terra_nb
+
+BODY = "import tensorflow as tf\nv = tf.Variable(1.0)\nfor i in range(3):\n    v.assign(v * 2.0)\n"
+
+
+def last(ip):
+    return ip.magics_manager.registry["TerraMagics"].runner.last
+
+
+@pytest.mark.parametrize("mode", ["trace", "eager"])
+def test_mode_runs_the_engine_in_that_mode(ip, mode):
+    plain, terra = plain_and_terra(ip, "", BODY, f"--mode {mode}")
+    assert_same(plain, terra)
+    assert last(ip).mode == mode
+    assert {s.phase for s in last(ip).stats} == {"tracing" if mode == "trace" else "eager"}
+
+
+@pytest.mark.parametrize("mode", ["coexec", "lazy"])
+def test_modes_the_engine_refuses_are_a_usage_error(ip, mode):
+    try:
+        terra_nb.Terra(mode=mode)
+    except terra_nb.TerraError as refusal:
+        with pytest.raises(UsageError, match=str(refusal)[:40]):
+            ip.run_cell_magic("terra", f"--mode {mode}", "ran = True\n")
+        assert "ran" not in ip.user_ns
+    else:  # the co-execution engine is there: the cell must run as it does plainly
+        plain, terra = plain_and_terra(ip, "", BODY, f"--mode {mode}")
+        assert_same(plain, terra)
+
+
+def test_engine_flags_reach_the_engine(ip):
+    ip.run_cell_magic("terra", "--max-fallbacks 7 --strict --xla --quiet", "x = 1\n")
+    terra = last(ip)
+    assert (terra.max_fallbacks, terra.strict, terra.xla) == (7, True, True)
+    ip.run_cell_magic("terra", "--quiet", "x = 1\n")
+    terra = last(ip)
+    assert (terra.max_fallbacks, terra.strict, terra.xla) == (5, False, False)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("--bogus", "unrecognized arguments: --bogus"),
+        ("--mode fast", "invalid choice: 'fast'"),
+        ("--max-fallbacks many", "invalid int value"),
+        ("--max-fallbacks -1", "must be >= 0"),
+        ("extra words", "unrecognized arguments"),
+    ],
+)
+def test_bad_options_are_usage_errors_and_run_nothing(ip, line, message):
+    with pytest.raises(UsageError, match=message):
+        ip.run_cell_magic("terra", line, "ran = True\n")
+    assert "ran" not in ip.user_ns and "__terra__" not in ip.user_ns
+    result = ip.run_cell(f"%%terra {line}\nran = True\n")
+    assert isinstance(result.error_in_exec, UsageError)
+
+
+def test_quiet_prints_no_summary(ip, capsys):
+    ip.run_cell_magic("terra", "", "for i in range(2):\n    pass\n")
+    out = capsys.readouterr().out
+    assert out.startswith("terra[trace]: 2 iterations in ")
+    assert out.count("\n") == 1
+    ip.run_cell_magic("terra", "--quiet", "for i in range(2):\n    pass\n")
+    assert capsys.readouterr().out == ""
+
+
+def test_viz_without_views_falls_back_to_text(ip, capsys, no_views):
+    assert ip.run_cell("%%terra --viz\nfor i in range(2):\n    y = i\n").success
+    out = capsys.readouterr().out
+    assert "live view unavailable" in out and "terra[trace]: 2 iterations" in out
+    assert ip.user_ns["y"] == 1
+
+
+def test_viz_starts_the_live_dashboard(ip, capsys, monkeypatch):
+    seen = []
+    views = types.ModuleType("terra_nb.views")
+    views.live_dashboard = lambda terra: (seen.append(terra), terra.subscribe(seen.append))
+    monkeypatch.setitem(sys.modules, "terra_nb.views", views)
+    monkeypatch.setattr(terra_nb, "views", views, raising=False)
+    assert ip.run_cell("%%terra --viz\nfor i in range(3):\n    y = i\n").success
+    assert seen[0] is last(ip)
+    assert [s.iteration for s in seen[1:]] == [0, 1, 2]
+    assert ip.run_cell("%%terra --no-viz\nfor i in range(3):\n    y = i\n").success
+    assert len(seen) == 4  # --no-viz: not started again
+
+
+def test_failing_live_dashboard_never_breaks_the_cell(ip, capsys, monkeypatch):
+    views = types.ModuleType("terra_nb.views")
+
+    def broken(terra):
+        raise RuntimeError("no widget frontend")
+
+    views.live_dashboard = broken
+    monkeypatch.setitem(sys.modules, "terra_nb.views", views)
+    monkeypatch.setattr(terra_nb, "views", views, raising=False)
+    ip.run_line_magic("config", "TerraMagics.viz = True")
+    assert ip.run_cell("%%terra\nfor i in range(2):\n    y = i\n").success
+    assert "no widget frontend" in capsys.readouterr().err
+    assert ip.user_ns["y"] == 1
