@@ -1,0 +1,179 @@
+"""A small built-in layered layout, used when the Graphviz ``dot`` binary is missing.
+
+Each region (the top level, an open loop's body) is laid out on its own: items are ranked by
+longest path from the region's start, placed left to right within a rank, and an open loop is a
+box holding its body's layout. Elements keep the ids and ``terra-*`` classes of the DOT layout,
+so the widgets' highlighting and details work on either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from html import escape
+
+from ..tracegraph import TraceGraph
+from .graph_model import ViewPlan, endpoint
+
+NODE_H, GAP_X, GAP_Y, PAD, CHAR_W = 34, 18, 26, 14, 6.2
+
+
+@dataclass
+class _Box:
+    """A laid-out region: its size and the SVG fragments positioned relative to its origin."""
+
+    width: float = 0.0
+    height: float = 0.0
+    parts: list[str] = field(default_factory=list)
+
+
+def fallback_svg(g: TraceGraph, plan: ViewPlan, marks: dict[str, list[str]]) -> str:
+    """An SVG of ``plan`` without Graphviz: same element ids and classes, simpler geometry."""
+    box = _layout_region(g, plan, -1, marks)
+    w, h = box.width + 2 * PAD, box.height + 2 * PAD
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w:.0f}pt" height="{h:.0f}pt" '
+        f'viewBox="0 0 {w:.0f} {h:.0f}" class="terra-fallback-layout">'
+        '<defs><marker id="terra-arrow" viewBox="0 0 10 10" refX="10" refY="5" '
+        'markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0L10,5L0,10z" '
+        'fill="#868e96"/></marker></defs>'
+        f'<g id="graph0" class="graph" transform="translate({PAD},{PAD})">'
+        + "".join(box.parts)
+        + "</g></svg>"
+    )
+
+
+def _items(g: TraceGraph, plan: ViewPlan, parent: int) -> list[str]:
+    keys: list[str] = []
+    for n in g.region(parent):
+        key = plan.key_of[n.id]
+        if n.kind == "loop" and key == f"n{n.id}":
+            key = f"cluster_{n.id}"
+        if key not in keys:
+            keys.append(key)
+    return keys
+
+
+def _item_of(g: TraceGraph, plan: ViewPlan, node_id: int) -> str:
+    key = plan.key_of[node_id]
+    return f"cluster_{node_id}" if g.nodes[node_id].kind == "loop" and key[0] == "n" else key
+
+
+def _ranks(g: TraceGraph, plan: ViewPlan, parent: int, keys: list[str]) -> dict[str, int]:
+    """Longest-path rank of every item (items come in topological order)."""
+    rank = {k: 0 for k in keys}
+    for n in g.region(parent):
+        a = _item_of(g, plan, n.id)
+        for s in g.successors(n.id):
+            b = _item_of(g, plan, s)
+            if a != b:
+                rank[b] = max(rank[b], rank[a] + 1)
+    return rank
+
+
+def _layout_region(g: TraceGraph, plan: ViewPlan, parent: int, marks) -> _Box:
+    keys = _items(g, plan, parent)
+    rank = _ranks(g, plan, parent, keys)
+    sized = {k: _item_box(g, plan, k, marks) for k in keys}
+    rows: dict[int, list[str]] = {}
+    for k in keys:
+        rows.setdefault(rank[k], []).append(k)
+    pos: dict[str, tuple[float, float]] = {}
+    box = _Box()
+    y = 0.0
+    for r in sorted(rows):
+        row_w = sum(sized[k].width for k in rows[r]) + GAP_X * (len(rows[r]) - 1)
+        row_h = max(sized[k].height for k in rows[r])
+        box.width = max(box.width, row_w)
+        x = -row_w / 2
+        for k in rows[r]:
+            pos[k] = (x, y)
+            x += sized[k].width + GAP_X
+        y += row_h + GAP_Y
+    box.height = max(y - GAP_Y, 0.0)
+    shift = box.width / 2
+    for k in keys:
+        x, y0 = pos[k]
+        pos[k] = (x + shift, y0)
+        box.parts.append(f'<g transform="translate({x + shift:.1f},{y0:.1f})">')
+        box.parts += sized[k].parts
+        box.parts.append("</g>")
+    box.parts[:0] = _region_edges(g, plan, parent, pos, sized)
+    return box
+
+
+def _region_edges(g, plan: ViewPlan, parent: int, pos, sized) -> list[str]:
+    cases = {e.src + e.dst: e.case for e in plan.edges}
+    out, seen = [], set()
+    for n in g.region(parent):
+        a = _item_of(g, plan, n.id)
+        for s in g.successors(n.id):
+            b = _item_of(g, plan, s)
+            if a == b or (a, b) in seen:
+                continue
+            seen.add((a, b))
+            (xa, ya), (xb, yb) = pos[a], pos[b]
+            x1, y1 = xa + sized[a].width / 2, ya + sized[a].height
+            x2, y2 = xb + sized[b].width / 2, yb
+            src = plan.key_of[endpoint(g, n.id, 1)]
+            dst = plan.key_of[endpoint(g, s, 0)]
+            case = cases.get(src + dst, -1)
+            cls = "terra-edge" + (f" terra-case terra-case-{case}" if case >= 0 else "")
+            out.append(
+                f'<g id="e_{src}_{dst}" class="edge {cls}"><path d="M{x1:.1f},{y1:.1f} '
+                f'L{x2:.1f},{y2:.1f}" stroke="#868e96" fill="none" '
+                'marker-end="url(#terra-arrow)"/>'
+                + (f'<text x="{(x1 + x2) / 2 + 4:.1f}" y="{(y1 + y2) / 2:.1f}" '
+                   f'font-size="9" fill="#1c7ed6">case {case}</text>' if case >= 0 else "")
+                + "</g>"
+            )
+    return out
+
+
+def _item_box(g: TraceGraph, plan: ViewPlan, key: str, marks) -> _Box:
+    if key.startswith("cluster_"):
+        lid = int(key[8:])
+        inner = _layout_region(g, plan, lid, marks)
+        n = g.nodes[lid]
+        label = f"loop @{n.location} trips {','.join(map(str, n.trip_counts))}"
+        w = max(inner.width, len(label) * CHAR_W) + 2 * PAD
+        h = inner.height + 2 * PAD + 16
+        cls = " ".join(["cluster", "terra-loop", *marks.get(f"n{lid}", [])])
+        parts = [
+            f'<g id="{key}" class="{cls}"><rect width="{w:.1f}" height="{h:.1f}" rx="8" '
+            f'fill="#f8f7ff" stroke="#7048e8"/><text x="{w / 2:.1f}" y="14" '
+            f'text-anchor="middle" font-size="11">{escape(label)}</text></g>',
+            f'<g transform="translate({(w - inner.width) / 2:.1f},{PAD + 16})">',
+            *inner.parts,
+            "</g>",
+        ]
+        return _Box(w, h, parts)
+    return _leaf_box(g, plan, key, marks)
+
+
+def _leaf_box(g: TraceGraph, plan: ViewPlan, key: str, marks) -> _Box:
+    el = plan.elements[key]
+    first = g.nodes[el.members[0]]
+    if el.kind == "chain":
+        lines = [f"{len(el.members)} ops: {first.op_type} … {g.nodes[el.members[-1]].op_type}"]
+        cls = ["terra-chain", "terra-collapsed"]
+    elif el.kind == "loop":
+        lines = [f"loop @{first.location} trips {','.join(map(str, first.trip_counts))}"]
+        cls = ["terra-loop"]
+    else:
+        lines = [first.op_type or first.kind] if first.kind == "op" else [first.kind[0].upper()]
+        cls = [f"terra-{first.kind}"] + (["terra-feed"] if first.feeds else [])
+        cls += ["terra-fetch"] if first.fetches else []
+        cls += ["terra-branch"] if first.id in g.branch_points else []
+    if first.kind == "op" or el.kind != "node":
+        lines.append(first.location)
+    w = max(len(s) for s in lines) * CHAR_W + 16
+    cls = " ".join(["node", *cls, *marks.get(key, [])])
+    texts = "".join(
+        f'<text x="{w / 2:.1f}" y="{14 + 12 * i}" text-anchor="middle" font-size="10">'
+        f"{escape(s)}</text>"
+        for i, s in enumerate(lines)
+    )
+    return _Box(w, NODE_H, [
+        f'<g id="{key}" class="{cls}"><rect width="{w:.1f}" height="{NODE_H}" rx="6" '
+        f'fill="#f8f9fa" stroke="#495057"/>{texts}</g>'
+    ])

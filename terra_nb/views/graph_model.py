@@ -1,0 +1,208 @@
+"""What a graph view draws: TraceGraph nodes grouped into single nodes, collapsed chains and
+collapsed loops, with the edges and branch cases between them. Pure functions of frozen data.
+
+A *chain* is a run of at least ``min_chain`` ops on one source line, each with exactly one
+predecessor and one successor and no fetch (fetches stay visible: Python stalls there). A loop
+node is collapsed into one box by default when its body holds more than ``LOOP_AUTO`` nodes.
+``toggled`` holds element keys (``c<id>``, ``l<id>``) whose default state the user flipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..tracegraph import TraceGraph, TraceNode
+
+LOOP_AUTO = 30
+
+
+@dataclass(frozen=True, slots=True)
+class Element:
+    """One drawn item. ``key`` is its SVG id: ``n<id>`` a node, ``c<id>`` a chain starting at
+    node ``<id>``, ``l<id>`` a collapsed loop node (standing for its whole body)."""
+
+    key: str
+    kind: str  # node | chain | loop
+    members: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ViewEdge:
+    src: str
+    dst: str
+    case: int = -1  # >= 0: the case-th successor of a branch point
+
+
+@dataclass(frozen=True, slots=True)
+class ViewPlan:
+    """Elements by key, the element key of every node, edges, and the groups (chains and loops,
+    collapsed or open) the user can toggle."""
+
+    elements: dict[str, Element]
+    key_of: dict[int, str]
+    edges: tuple[ViewEdge, ...]
+    groups: dict[str, dict]
+    collapsed_loops: frozenset[int]
+
+
+def as_graph(graph: TraceGraph | str | dict) -> TraceGraph:
+    """Accept a TraceGraph, its JSON text, or the parsed JSON."""
+    if isinstance(graph, TraceGraph):
+        return graph
+    if isinstance(graph, dict):
+        graph = json.dumps(graph)
+    return TraceGraph.from_json(graph)
+
+
+def descendants(g: TraceGraph) -> dict[int, list[int]]:
+    """For every loop node, the ids of all nodes nested inside it (at any depth)."""
+    out: dict[int, list[int]] = {n.id: [] for n in g.nodes_of("loop")}
+    for n in g.nodes:
+        p = n.parent
+        while p != -1:
+            out[p].append(n.id)
+            p = g.nodes[p].parent
+    return out
+
+
+def plan_view(
+    g: TraceGraph,
+    *,
+    min_chain: int = 3,
+    collapse_loops: bool | str = "auto",
+    toggled: Iterable[str] = (),
+) -> ViewPlan:
+    """Group the graph's nodes into drawn elements (see the module docstring)."""
+    toggled = set(toggled)
+    inside = descendants(g)
+    collapsed = frozenset(
+        lid
+        for lid, body in inside.items()
+        if _default_loop(collapse_loops, len(body)) != (f"l{lid}" in toggled)
+    )
+    groups: dict[str, dict] = {
+        f"l{lid}": {"kind": "loop", "members": body, "collapsed": lid in collapsed}
+        for lid, body in inside.items()
+    }
+    key_of: dict[int, str] = {}
+    elements: dict[str, Element] = {}
+    for lid in _outermost(g, collapsed):
+        members = (lid, *inside[lid])
+        elements[f"l{lid}"] = Element(f"l{lid}", "loop", members)
+        key_of.update({m: f"l{lid}" for m in members})
+    for chain in linear_chains(g, min_chain):
+        if any(m in key_of for m in chain):
+            continue
+        key = f"c{chain[0]}"
+        shut = key not in toggled
+        groups[key] = {"kind": "chain", "members": list(chain), "collapsed": shut}
+        if shut:
+            elements[key] = Element(key, "chain", chain)
+            key_of.update({m: key for m in chain})
+    for n in g.nodes:
+        if n.id not in key_of:
+            key_of[n.id] = f"n{n.id}"
+            elements[f"n{n.id}"] = Element(f"n{n.id}", "node", (n.id,))
+    edges = _edges(g, key_of)
+    return ViewPlan(elements, key_of, edges, groups, collapsed)
+
+
+def _default_loop(policy: bool | str, body_size: int) -> bool:
+    if policy == "auto":
+        return body_size > LOOP_AUTO
+    return bool(policy)
+
+
+def _outermost(g: TraceGraph, collapsed: frozenset[int]) -> list[int]:
+    """Collapsed loops that are not inside another collapsed loop."""
+    out = []
+    for lid in sorted(collapsed):
+        p = g.nodes[lid].parent
+        while p != -1 and p not in collapsed:
+            p = g.nodes[p].parent
+        if p == -1:
+            out.append(lid)
+    return out
+
+
+def _chainable(g: TraceGraph, n: TraceNode) -> bool:
+    return (
+        n.kind == "op"
+        and not n.fetches
+        and len(g.predecessors(n.id)) == 1
+        and len(g.successors(n.id)) == 1
+    )
+
+
+def linear_chains(g: TraceGraph, min_chain: int) -> list[tuple[int, ...]]:
+    """Maximal runs of chainable ops on one source line, at least ``min_chain`` long."""
+    if min_chain < 2:
+        return []
+    taken: set[int] = set()
+    chains = []
+    for n in g.nodes:
+        if n.id in taken or not _chainable(g, n):
+            continue
+        prev = g.nodes[g.predecessors(n.id)[0]]
+        if _chainable(g, prev) and prev.location == n.location:
+            continue  # not the head of its run: the head collects it
+        run = [n.id]
+        while True:
+            nxt = g.nodes[g.successors(run[-1])[0]]
+            if not (_chainable(g, nxt) and nxt.location == n.location) or nxt.id in taken:
+                break
+            run.append(nxt.id)
+        taken.update(run)
+        if len(run) >= min_chain:
+            chains.append(tuple(run))
+    return chains
+
+
+def endpoint(g: TraceGraph, node_id: int, side: int) -> int:
+    """Edges to a loop enter its body start (side 0); edges from it leave its body end (1)."""
+    n = g.nodes[node_id]
+    while n.kind == "loop":
+        n = g.nodes[n.body[side]]
+    return n.id
+
+
+def _edges(g: TraceGraph, key_of: dict[int, str]) -> tuple[ViewEdge, ...]:
+    cases = {
+        (b, s): i for b in g.branch_points for i, s in enumerate(g.successors(b))
+    }
+    seen: dict[tuple[str, str], ViewEdge] = {}
+    for a, b in g.edges:
+        src, dst = key_of[endpoint(g, a, 1)], key_of[endpoint(g, b, 0)]
+        if src == dst or (src, dst) in seen:
+            continue
+        seen[(src, dst)] = ViewEdge(src, dst, cases.get((a, b), -1))
+    return tuple(seen.values())
+
+
+def path_nodes(g: TraceGraph, before: Iterable[int], after: Iterable[int]) -> list[int]:
+    """Nodes run between two snapshots of the same loop's graph: those whose ``hits`` grew (or
+    that are new), plus the start/end nodes of the regions they are in."""
+    before = list(before)
+    hit = [
+        i for i, h in enumerate(after) if i >= len(before) or h > before[i]
+    ]
+    regions = {g.nodes[i].parent for i in hit if i < len(g.nodes)}
+    ends = [n.id for n in g.nodes if n.kind in ("start", "end") and n.parent in regions]
+    if hit:
+        ends += [n.id for n in g.nodes if n.kind in ("start", "end") and n.parent == -1]
+    return sorted(set(hit) | set(ends))
+
+
+def new_since(g: TraceGraph, earlier: TraceGraph | None) -> list[int]:
+    """Node ids added since ``earlier``, when ``earlier`` is a prefix of ``g`` (a graph of the
+    same loop: ids only grow); otherwise, or when ``earlier`` held no op yet (everything would
+    be new), nothing is marked new."""
+    if earlier is None or len(earlier.nodes) > len(g.nodes) or not earlier.nodes_of("op"):
+        return []
+    same = all(
+        (a.kind, a.op_type, a.location) == (b.kind, b.op_type, b.location)
+        for a, b in zip(earlier.nodes, g.nodes)
+    )
+    return list(range(len(earlier.nodes), len(g.nodes))) if same else []

@@ -1,0 +1,94 @@
+"""A TraceGraph picture: view plan -> DOT -> SVG (Graphviz, or the built-in layout without it),
+plus the JSON the widgets' details panel reads. Pure data in, strings out."""
+
+from __future__ import annotations
+
+import json
+import linecache
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..tracegraph import TraceGraph
+from .fallback_layout import fallback_svg
+from .graph_dot import LayoutUnavailable, marks_for, render_svg, view_dot
+from .graph_model import plan_view
+
+
+@dataclass(frozen=True, slots=True)
+class GraphPicture:
+    """``svg``: the drawing; ``dot``: its DOT text; ``message``: why the built-in layout was
+    used, or ""; ``groups``: collapsible groups (``c<id>``/``l<id>`` -> kind, members, state)."""
+
+    svg: str
+    dot: str
+    message: str
+    groups: dict[str, dict]
+    elements: dict[str, list[int]]
+
+
+def draw_graph(
+    g: TraceGraph,
+    *,
+    current: Iterable[int] = (),
+    new: Iterable[int] = (),
+    toggled: Iterable[str] = (),
+    min_chain: int = 3,
+    collapse_loops: bool | str = "auto",
+    bake: bool = True,
+) -> GraphPicture:
+    """Lay out ``g``. With ``bake`` the current path and new nodes are drawn into the SVG
+    (static output); the widgets pass ``bake=False`` and mark them in the browser."""
+    plan = plan_view(g, min_chain=min_chain, collapse_loops=collapse_loops, toggled=toggled)
+    current, new = (tuple(current), tuple(new)) if bake else ((), ())
+    dot = view_dot(g, plan, current=current, new=new)
+    message = ""
+    try:
+        svg = render_svg(dot)
+    except LayoutUnavailable as err:
+        message = f"{err}. Showing a simple built-in layout instead."
+        svg = fallback_svg(g, plan, marks_for(plan, current, new))
+    elements = {k: list(el.members) for k, el in plan.elements.items()}
+    return GraphPicture(svg, dot, message, plan.groups, elements)
+
+
+def source_lines(g: TraceGraph, known: dict[str, str] | None = None) -> dict[str, str]:
+    """The user source line of every ``file:line`` location in ``g`` that can be found (in
+    ``linecache``, which holds notebook cells, or under the loaded modules and the working
+    directory). ``known`` lines are reused, not looked up again."""
+    out = dict(known or {})
+    wanted = {n.location for n in g.nodes if n.location} - out.keys()
+    if not wanted:
+        return out
+    paths = _paths_by_name()
+    for loc in wanted:
+        name, _, line = loc.rpartition(":")
+        if not line.isdigit():
+            continue
+        for path in paths.get(name, [name]):
+            text = linecache.getline(path, int(line))
+            if text:
+                out[loc] = text.rstrip()
+                break
+    return out
+
+
+def _paths_by_name() -> dict[str, list[str]]:
+    paths: dict[str, list[str]] = {}
+    files = list(linecache.cache)
+    files += [getattr(m, "__file__", None) or "" for m in list(sys.modules.values())]
+    for f in files:
+        if f and not f.startswith("<"):
+            paths.setdefault(os.path.basename(f), []).append(f)
+    return paths
+
+
+def graph_payload(g: TraceGraph, picture: GraphPicture, sources: dict[str, str]) -> str:
+    """The JSON a widget's details panel reads: the TraceGraph JSON plus the drawn elements,
+    collapsible groups and user source lines."""
+    data = json.loads(g.to_json())
+    data["elements"] = picture.elements
+    data["groups"] = picture.groups
+    data["source_lines"] = sources
+    return json.dumps(data)

@@ -1,0 +1,267 @@
+// terra-nb GraphView: a Graphviz SVG of the TraceGraph with pan/zoom, path and new-node marks,
+// node details on hover/click, and expand/collapse of chains and loops. Hand-written ES module,
+// no build step, no network.
+
+/**
+ * @typedef {Object} GraphTraits
+ * @property {string} svg             the laid-out SVG (Graphviz, or the built-in layout)
+ * @property {string} graph_json      TraceGraph JSON plus `elements` (SVG id -> node ids),
+ *                                    `groups` (collapsible chains/loops), `source_lines`
+ * @property {number[]} current       node ids on the current iteration's path
+ * @property {number[]} new_nodes     node ids added since the previous layout
+ * @property {string[]} toggled       group keys whose collapsed state the user flipped
+ * @property {string} selected        the SVG id of the clicked element
+ * @property {string} layout_message  why the built-in layout is used, or ""
+ */
+
+function h(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function esc(value) {
+  return String(value).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+}
+
+function specText(spec) {
+  const [dtype, shape] = spec;
+  return `${dtype}[${shape === null ? "?" : shape.map((d) => (d === null ? "?" : d)).join(",")}]`;
+}
+
+function sourceText(s) {
+  const [kind, index, output, detail] = s;
+  if (kind === "node") return `#${index}` + (output ? `.${output}` : "");
+  if (kind === "carry") return `prev #${index}` + (output ? `.${output}` : "");
+  return `${kind}${detail ? " " + detail : ""}`;
+}
+
+function parseData(text) {
+  const data = JSON.parse(text || "{}");
+  data.nodes = data.nodes || [];
+  data.elements = data.elements || {};
+  data.groups = data.groups || {};
+  data.source_lines = data.source_lines || {};
+  data.keyOf = new Map();
+  for (const [key, members] of Object.entries(data.elements)) {
+    for (const id of members) data.keyOf.set(id, key);
+  }
+  return data;
+}
+
+function rows(items) {
+  return `<table>${items.map((cells) => `<tr>${cells.map((c) => `<td>${c}</td>`).join("")}</tr>`).join("")}</table>`;
+}
+
+function nodeDetails(data, n) {
+  if (n.kind !== "op") return `<h4>${esc(n.kind)} #${n.id}</h4>`;
+  const badges = (n.feeds.length ? '<span class="terra-badge terra-feed">feed</span>' : "") +
+    (n.fetches.length ? '<span class="terra-badge terra-fetch">fetch</span>' : "") +
+    ((data.branch_points || []).includes(n.id) ? '<span class="terra-badge">branch</span>' : "");
+  const line = data.source_lines[n.location];
+  const inputs = n.input_specs.map((s, i) => [
+    `in ${i}`, esc(specText(s)), esc((n.sources[i] || []).map(sourceText).join(" | ")),
+  ]);
+  const outputs = n.outputs.map((s, i) => [`out ${i}`, esc(specText(s)), n.fetches.includes(i) ? "fetched" : ""]);
+  const attrs = n.attrs.map(([k, v]) => [esc(k), `<code>${esc(JSON.stringify(v))}</code>`]);
+  return `<h4>${esc(n.op_type)}${badges}</h4>` +
+    `<div class="terra-muted">node #${n.id} · hits ${n.hits} · <code>${esc(n.location)}</code></div>` +
+    (line ? `<div class="terra-source">${esc(line.trim())}</div>` : "") +
+    rows([...inputs, ...outputs]) + (attrs.length ? "<b>attributes</b>" + rows(attrs) : "");
+}
+
+function groupOf(data, key, nodeId) {
+  if (data.groups[key]) return key;
+  for (const [gkey, group] of Object.entries(data.groups)) {
+    if (!group.collapsed && group.kind === "chain" && group.members.includes(nodeId)) return gkey;
+  }
+  return "";
+}
+
+function describe(data, key) {
+  if (key.startsWith("cluster_")) key = "n" + key.slice(8);
+  const members = data.elements[key] || [];
+  const first = data.nodes[members[0]];
+  if (!first) return { html: "", group: "" };
+  let html;
+  if (key[0] === "c") {
+    html = `<h4>${members.length} ops on one line</h4><div class="terra-muted"><code>${esc(first.location)}</code></div>` +
+      (data.source_lines[first.location] ? `<div class="terra-source">${esc(data.source_lines[first.location].trim())}</div>` : "") +
+      rows(members.map((m) => [`#${m}`, esc(data.nodes[m].op_type), esc(data.nodes[m].outputs.map(specText).join(", "))]));
+  } else if (first.kind === "loop") {
+    const inside = (data.groups["l" + first.id] || { members: [] }).members;
+    html = `<h4>loop @${esc(first.location)}</h4><div>trip counts: <b>${esc(first.trip_counts.join(", "))}</b></div>` +
+      `<div>${inside.filter((m) => data.nodes[m].kind === "op").length} ops inside · hits ${first.hits}</div>`;
+  } else {
+    html = nodeDetails(data, first);
+  }
+  return { html, group: groupOf(data, key, first.id) };
+}
+
+export function mountGraph(model, el) {
+  const root = h("div", "terra-root terra-graph");
+  const bar = h("div", "terra-toolbar");
+  const title = h("span", "terra-title", "TraceGraph");
+  const info = h("span", "terra-muted terra-graph-info");
+  const buttons = ["Fit", "+", "−", "Reset groups"].map((label) => h("button", "terra-btn", label));
+  bar.append(title, info, ...buttons);
+  const message = h("div", "terra-message");
+  const body = h("div", "terra-graph-body");
+  const viewport = h("div", "terra-viewport");
+  const details = h("div", "terra-details");
+  details.innerHTML = '<span class="terra-muted">Hover or click a node for its details.</span>';
+  body.append(viewport, details);
+  const legend = h("div", "terra-legend");
+  legend.innerHTML = "▶ op: feed input · op ▶: fetched · hexagon: branch point (edges <i>case k</i>) · " +
+    "dashed: ops on one line (double-click to expand) · purple: loop · " +
+    '<i style="color:#e8590c">orange</i>: current iteration · <i style="background:#ffec99">yellow</i>: new';
+  root.append(bar, message, body, legend);
+  el.append(root);
+
+  let data = parseData(model.get("graph_json"));
+  let svg = null, base = null, view = null, moved = false;
+
+  function applyView() {
+    if (svg && view) svg.setAttribute("viewBox", `${view.x} ${view.y} ${view.w} ${view.h}`);
+  }
+  function fit() {
+    if (!base) return;
+    view = { ...base };
+    moved = false;
+    applyView();
+  }
+  function zoom(factor, cx, cy) {
+    if (!view) return;
+    if (cx === undefined) { cx = view.x + view.w / 2; cy = view.y + view.h / 2; }
+    view = { x: cx - (cx - view.x) * factor, y: cy - (cy - view.y) * factor, w: view.w * factor, h: view.h * factor };
+    moved = true;
+    applyView();
+  }
+  function toSvg(e) {
+    const pt = svg.createSVGPoint();
+    pt.x = e.clientX; pt.y = e.clientY;
+    return pt.matrixTransform(svg.getScreenCTM().inverse());
+  }
+  function drawSvg() {
+    viewport.innerHTML = model.get("svg");
+    svg = viewport.querySelector("svg");
+    if (!svg) return;
+    svg.removeAttribute("width");
+    svg.removeAttribute("height");
+    svg.setAttribute("preserveAspectRatio", "xMidYMid meet");
+    for (const a of svg.querySelectorAll("a")) a.removeAttribute("xlink:title");
+    for (const t of svg.querySelectorAll("g.node > title, g.edge > title, g.cluster > title")) t.remove();
+    const vb = svg.viewBox.baseVal;
+    base = { x: vb.x, y: vb.y, w: vb.width, h: vb.height };
+    if (moved && view) applyView(); else fit();
+    mark();
+  }
+  function elementFor(key) {
+    if (!svg || !key) return null;
+    return svg.querySelector(`[id="${key}"]`) ||
+      (key[0] === "n" ? svg.querySelector(`[id="cluster_${key.slice(1)}"]`) : null);
+  }
+  function mark() {
+    if (!svg) return;
+    for (const cls of ["terra-current", "terra-new", "terra-selected"]) {
+      for (const node of svg.querySelectorAll("." + cls)) node.classList.remove(cls);
+    }
+    const cur = new Set();
+    for (const id of model.get("current")) cur.add(data.keyOf.get(id));
+    for (const key of cur) elementFor(key)?.classList.add("terra-current");
+    for (const id of model.get("new_nodes")) elementFor(data.keyOf.get(id))?.classList.add("terra-new");
+    for (const edge of svg.querySelectorAll("g.edge")) {
+      const m = /^e_(\w+?)_(\w+)$/.exec(edge.id);
+      if (m && cur.has(m[1]) && cur.has(m[2])) edge.classList.add("terra-current");
+    }
+    elementFor(model.get("selected"))?.classList.add("terra-selected");
+    root.dataset.current = String(cur.size);
+  }
+  function showDetails(key) {
+    const { html, group } = describe(data, key);
+    details.innerHTML = html || '<span class="terra-muted">Hover or click a node for its details.</span>';
+    details.dataset.key = key;
+    if (!group) return;
+    const collapsed = data.groups[group].collapsed;
+    const btn = h("button", "terra-btn terra-toggle", collapsed ? "Expand" : "Collapse " + data.groups[group].kind);
+    btn.addEventListener("click", () => toggle(group));
+    details.prepend(btn);
+  }
+  function toggle(key) {
+    const next = model.get("toggled").slice();
+    const i = next.indexOf(key);
+    if (i >= 0) next.splice(i, 1); else next.push(key);
+    model.set("toggled", next);
+    model.save_changes();
+  }
+  function redrawData() {
+    data = parseData(model.get("graph_json"));
+    const loops = data.nodes.filter((n) => n.kind === "loop").length;
+    info.textContent = `${data.nodes.length} nodes · ${Object.keys(data.elements).length} drawn · ` +
+      `${loops} loops · ${(data.branch_points || []).length} branch points`;
+    mark();
+    if (model.get("selected")) showDetails(model.get("selected"));
+  }
+  function keyOfTarget(target) {
+    const g = target.closest && target.closest("g.node, g.cluster");
+    return g ? g.id : "";
+  }
+
+  let drag = null;
+  const handlers = {
+    wheel: (e) => { if (!svg) return; e.preventDefault(); const p = toSvg(e); zoom(Math.exp(e.deltaY * 0.0015), p.x, p.y); },
+    pointerdown: (e) => { if (view) drag = { x: e.clientX, y: e.clientY, view: { ...view }, far: false }; },
+    pointermove: (e) => {
+      if (!drag) return;
+      const dx = e.clientX - drag.x, dy = e.clientY - drag.y;
+      if (!drag.far && Math.hypot(dx, dy) < 4) return;
+      drag.far = true;
+      viewport.classList.add("terra-dragging");
+      const s = Math.max(drag.view.w / viewport.clientWidth, drag.view.h / viewport.clientHeight);
+      view = { ...drag.view, x: drag.view.x - dx * s, y: drag.view.y - dy * s };
+      moved = true;
+      applyView();
+    },
+    pointerup: (e) => {
+      const click = drag && !drag.far;
+      drag = null;
+      viewport.classList.remove("terra-dragging");
+      if (!click) return;
+      const key = keyOfTarget(e.target);
+      model.set("selected", key);
+      model.save_changes();
+      mark();
+      if (key) showDetails(key);
+    },
+    dblclick: (e) => { const key = keyOfTarget(e.target); const { group } = describe(data, key); if (group) toggle(group); },
+    mouseover: (e) => { if (!drag) { const key = keyOfTarget(e.target); if (key) showDetails(key); } },
+    mouseleave: () => { drag = null; const sel = model.get("selected"); if (sel) showDetails(sel); },
+  };
+  for (const [name, fn] of Object.entries(handlers)) viewport.addEventListener(name, fn);
+  buttons[0].addEventListener("click", fit);
+  buttons[1].addEventListener("click", () => zoom(1 / 1.4));
+  buttons[2].addEventListener("click", () => zoom(1.4));
+  buttons[3].addEventListener("click", () => { model.set("toggled", []); model.save_changes(); });
+
+  const onMessage = () => { message.textContent = model.get("layout_message"); };
+  const subscriptions = [
+    ["change:svg", drawSvg], ["change:graph_json", redrawData], ["change:current", mark],
+    ["change:new_nodes", mark], ["change:selected", mark], ["change:layout_message", onMessage],
+  ];
+  for (const [event, fn] of subscriptions) model.on(event, fn);
+  redrawData();
+  drawSvg();
+  onMessage();
+  return () => {
+    for (const [event, fn] of subscriptions) model.off(event, fn);
+    root.remove();
+  };
+}
+
+// @terra-entry
+function render({ model, el }) {
+  return mountGraph(model, el);
+}
+
+export default { render };

@@ -1,0 +1,79 @@
+"""``TimelineView``: the runners' timeline over the last iterations and the exec/stall summary.
+
+Python draws both SVGs from ``RunnerSpan``/``IterationStats`` records (``timeline_svg.py``);
+the browser (``timeline_view.js``) shows them with hover details and an export button that asks
+Python for the Chrome-trace JSON of every span (it opens in https://ui.perfetto.dev).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import anywidget
+import traitlets as t
+
+from ..timeline import to_chrome_trace
+from .static import timeline_html
+from .timeline_svg import summary, summary_svg, timeline_svg
+
+HERE = Path(__file__).parent
+
+
+class TimelineState(t.HasTraits):
+    """Timeline traits and their Python side, shared by ``TimelineView`` and ``Dashboard``."""
+
+    timeline_svg = t.Unicode("").tag(sync=True)
+    summary_svg = t.Unicode("").tag(sync=True)
+    window = t.Int(20).tag(sync=True)
+
+    _all_spans: Callable[[], Sequence]
+
+    def _init_timeline_state(self, all_spans: Callable[[], Sequence]) -> None:
+        self._all_spans = all_spans
+        self.on_msg(self._on_timeline_msg)
+
+    def draw_timeline(self, spans: Sequence, stats: Sequence, totals: dict | None = None) -> None:
+        """Redraw the lanes from the last ``window`` iterations of ``spans``/``stats``, and the
+        summary bar from ``totals`` (default: ``summary(stats)``)."""
+        lanes = timeline_svg(spans, stats, self.window)
+        bar = summary_svg(totals if totals is not None else summary(stats))
+        with self.hold_sync():
+            self.timeline_svg = lanes
+            self.summary_svg = bar
+
+    def chrome_trace(self) -> str:
+        """Chrome-trace JSON of every span so far (Perfetto / chrome://tracing)."""
+        return to_chrome_trace(self._all_spans())
+
+    def export_chrome_trace(self, path: str | Path) -> Path:
+        """Write ``chrome_trace()`` to ``path``; returns the path."""
+        path = Path(path)
+        path.write_text(self.chrome_trace())
+        return path
+
+    def _on_timeline_msg(self, widget, content, buffers) -> None:
+        if isinstance(content, dict) and content.get("type") == "chrome_trace":
+            self.send({"type": "chrome_trace", "json": self.chrome_trace()})
+
+
+class TimelineView(TimelineState, anywidget.AnyWidget):
+    """The timeline of a finished (or running) loop: ``TimelineView(terra.spans, terra.stats)``."""
+
+    _esm = HERE / "timeline_view.js"
+    _css = HERE / "views.css"
+
+    def __init__(self, spans: Sequence = (), stats: Sequence = (), **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._spans, self._stats = tuple(spans), tuple(stats)
+        self._init_timeline_state(lambda: self._spans)
+        self.draw_timeline(self._spans, self._stats)
+
+    def _repr_mimebundle_(self, **kwargs):
+        data, metadata = super()._repr_mimebundle_(**kwargs)
+        data["text/html"] = timeline_html(self._spans, self._stats, self.window)
+        return data, metadata
+
+    def summary(self) -> dict[str, float]:
+        """Seconds per runner and kind, wall seconds and iterations (see ``timeline_svg``)."""
+        return summary(self._stats)

@@ -1,0 +1,39 @@
+"""A dashboard on a real ``Terra(mode="trace")`` loop: it reads only the exported data."""
+
+import json
+
+import pytest
+
+pytest.importorskip("anywidget")
+tf = pytest.importorskip("tensorflow")
+
+import terra_nb  # noqa: E402
+from terra_nb.views import Dashboard, StaticGraph  # noqa: E402
+
+
+def test_dashboard_follows_a_traced_loop():
+    w = tf.Variable(tf.ones((3, 3)))
+    with terra_nb.Terra(mode="trace") as terra:
+        dash = Dashboard(interval=0.0).attach(terra)
+        for step in terra.loop(range(6)):
+            y = tf.matmul(w, w)
+            if step % 2 == 0:
+                y = y * 2.0
+            for _ in range(1 + step % 3):
+                y = y + 1.0
+            w.assign(y / tf.reduce_max(y))
+            float(tf.reduce_sum(y))
+    dash.finish()
+    counters = json.loads(dash.counters)
+    assert counters["iteration"] == 5 and counters["phase"] == "tracing"
+    assert counters["status"] == "finished" and counters["nodes"] == len(terra.graph.nodes)
+    data = json.loads(dash.graph_json)
+    assert len(data["nodes"]) == len(terra.graph.nodes)
+    assert data["branch_points"] == list(terra.graph.branch_points)
+    loops = [n for n in data["nodes"] if n["kind"] == "loop"]
+    assert len(loops) == 1 and sorted(loops[0]["trip_counts"]) == [1, 2, 3]
+    assert "y = y + 1.0" in data["source_lines"].values()
+    assert 'data-iterations="6"' in dash.timeline_svg
+    assert "terra-case" in dash.svg and "terra-fetch" in dash.svg
+    html = StaticGraph(terra.graph)._repr_html_()
+    assert "terra&#45;loop" in html or "terra-loop" in html
