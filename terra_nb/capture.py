@@ -93,25 +93,36 @@ def _converts_objects(op_name, args) -> bool:
     return False
 
 
+def _outside_iteration() -> None:
+    barrier = getattr(_local, "barrier", None)
+    if barrier is not None:
+        barrier()
+
+
+def set_barrier(barrier) -> None:
+    """Call ``barrier()`` before every eager op this thread runs outside an iteration (the
+    co-execution engine waits there for the graph, so eager code sees every confirmed update)."""
+    _local.barrier = barrier
+
+
 def _fast_path_execute(ctx, op_name, name, *args):
     sink = getattr(_local, "sink", None)
-    if sink is not None and sink.intercepts:
-        if _converts_objects(op_name, args):
-            sink.on_fast_fallback(op_name, args, sys._getframe(1))
-            raise _FallbackException("terra-nb: objects are converted on the slow path")
-        fast = _originals["fast"]
-        return sink.run_op(
-            lambda a: fast(ctx, op_name, name, *a), op_name, args, None, sys._getframe(1)
-        )
-    if _holds:
-        args = real_values(args)
     if sink is None:
+        _outside_iteration()
+        if _holds:
+            args = real_values(args)
         return _originals["fast"](ctx, op_name, name, *args)
     if _converts_objects(op_name, args):
         sink.on_fast_fallback(op_name, args, sys._getframe(1))
         raise _FallbackException("terra-nb: objects are converted on the slow path")
+    fast = _originals["fast"]
+    if sink.intercepts:
+        return sink.run_op(
+            lambda a: fast(ctx, op_name, name, *a), op_name, args, None, sys._getframe(1)
+        )
+    real = real_values(args) if _holds else args
     try:
-        outputs = _originals["fast"](ctx, op_name, name, *args)
+        outputs = fast(ctx, op_name, name, *real)
     except _FallbackException:
         sink.on_fast_fallback(op_name, args, sys._getframe(1))
         raise
@@ -121,8 +132,13 @@ def _fast_path_execute(ctx, op_name, name, *args):
 
 def _quick_execute(op_name, num_outputs, inputs, attrs, ctx, name=None):
     sink = getattr(_local, "sink", None)
-    if sink is not None and sink.intercepts:
-        slow = _originals["slow"]
+    slow = _originals["slow"]
+    if sink is None:
+        _outside_iteration()
+        return slow(
+            op_name, num_outputs, real_values(inputs) if _holds else inputs, attrs, ctx, name
+        )
+    if sink.intercepts:
         return sink.run_op(
             lambda a: slow(op_name, num_outputs, a, attrs, ctx, name),
             op_name,
@@ -130,11 +146,10 @@ def _quick_execute(op_name, num_outputs, inputs, attrs, ctx, name=None):
             attrs,
             sys._getframe(1),
         )
-    if _holds:
-        inputs = real_values(inputs)
-    outputs = _originals["slow"](op_name, num_outputs, inputs, attrs, ctx, name)
-    if sink is not None:
-        sink.on_op(op_name, inputs, attrs, outputs, sys._getframe(1))
+    outputs = slow(
+        op_name, num_outputs, real_values(inputs) if _holds else inputs, attrs, ctx, name
+    )
+    sink.on_op(op_name, inputs, attrs, outputs, sys._getframe(1))
     return outputs
 
 

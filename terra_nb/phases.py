@@ -111,6 +111,8 @@ class CoexecEngine:
         self._hold = contextlib.ExitStack()
         capture.hold_placeholders()
         self._hold.callback(capture.release_placeholders)
+        capture.set_barrier(self.runner.sync)
+        self._hold.callback(capture.set_barrier, None)
 
     def begin(self, root_frame, iteration: int):
         self._iteration = iteration

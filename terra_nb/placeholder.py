@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import numpy as np
+from tensorflow.python.eager import record
 from tensorflow.python.framework import ops, tensor_shape
 from tensorflow.python.framework import tensor as tensor_lib
 from tensorflow.python.types import core
@@ -39,6 +40,7 @@ class Placeholder(tensor_lib.Tensor, core.Value):
         self.sig = (dtype.as_datatype_enum, tuple(shape))  # what call signatures use
         self.value = None  # the real EagerTensor, once known
         self.item = None  # the GraphRunner work item that computes it, once flushed
+        self._taped = False
 
     # -- what eager tensors have ------------------------------------------------------------
 
@@ -81,9 +83,17 @@ class Placeholder(tensor_lib.Tensor, core.Value):
     # -- materialisation: every value read is one fetch ------------------------------------
 
     def real(self):
-        """The real eager tensor (fetching it if needed)."""
+        """The real eager tensor (fetching it if needed).
+
+        When a gradient tape is recording, the value is tied to the placeholder on the tape
+        (an identity), so gradients flow from eager ops on the value back through the ops that
+        produced the placeholder.
+        """
         if self.value is None:
             self.value = self._producer.materialise(self)
+        if not self._taped and record.could_possibly_record():
+            self._taped = True
+            record.record_operation("Identity", [self.value], [self], lambda dy: [dy])
         return self.value
 
     def _numpy(self):

@@ -121,7 +121,7 @@ class PythonRunner:
     intercepts = True
 
     def __init__(self, locations: LocationTable, index: SignatureIndex, *, lazy: bool,
-                 xla: bool, chunk_ops: int = 64) -> None:
+                 xla: bool, chunk_ops: int = 8) -> None:
         self.locations = locations
         self.index = index
         self.lazy = lazy
@@ -331,6 +331,12 @@ class PythonRunner:
         self.fetches += 1
         self.log.on_fetch(TensorRef(placeholder))
         return placeholder.value
+
+    def sync(self) -> None:
+        """Wait until the graph has run everything submitted (before eager code between
+        iterations touches state the graph may still be updating)."""
+        if self.graph.busy:
+            self._wait_idle()
 
     def _wait_idle(self) -> None:
         start = time.perf_counter()

@@ -63,6 +63,11 @@ class GraphRunner:
         if self.error is not None:
             raise self.error
 
+    @property
+    def busy(self) -> bool:
+        """Whether submitted work has not finished yet."""
+        return self._queue.unfinished_tasks > 0
+
     def close(self) -> None:
         """Finish the queued work and stop the thread (idempotent)."""
         if self._thread.is_alive():

@@ -1,0 +1,78 @@
+"""Co-execution equals eager: every corpus program run plainly, under coexec and under lazy."""
+
+import contextlib
+import io
+import math
+import threading
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from programs import CORPUS
+
+from terra_nb import Terra
+
+
+def run(program, mode):
+    keras.utils.set_random_seed(0)
+    out = io.StringIO()
+    terra = None
+    with contextlib.redirect_stdout(out):
+        if mode == "plain":
+            values, variables = program(lambda it: it)
+        else:
+            with Terra(mode=mode) as terra:
+                values, variables = program(terra.loop)
+    return values, variables, out.getvalue(), terra
+
+
+def assert_same_values(a, b):
+    if isinstance(a, float):
+        assert math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6), (a, b)
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), (a, b)
+        for x, y in zip(a, b):
+            assert_same_values(x, y)
+    else:
+        assert a == b
+
+
+def graph_threads():
+    return [t for t in threading.enumerate() if t.name == "terra-graph-runner"]
+
+
+@pytest.mark.parametrize("mode", ["coexec", "lazy"])
+@pytest.mark.parametrize("program", CORPUS, ids=lambda p: p.__name__)
+def test_corpus_equals_eager(program, mode):
+    values, variables, printed, _ = run(program, "plain")
+    values2, variables2, printed2, terra = run(program, mode)
+    assert_same_values(values2, values)
+    assert printed2 == printed
+    assert len(variables2) == len(variables)
+    for a, b in zip(variables2, variables):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert not graph_threads()
+    phases = {s.phase for s in terra.stats}
+    assert "coexec" in phases, [s.phase for s in terra.stats]  # it did co-execute
+
+
+def test_late_path_falls_back_and_is_explained():
+    from programs import periodic_and_late_branch
+
+    *_, terra = run(periodic_and_late_branch, "coexec")
+    phases = [s.phase for s in terra.stats]
+    assert phases[10] == "fallback"
+    (first, *_) = terra.explain()
+    assert first.iteration == 10
+    assert "programs.py" in first.location and "extra.assign" in first.location
+    assert "coexec" in phases[11:]  # back to co-execution after the new path was learned
+
+
+def test_steady_loop_co_executes_without_fallback():
+    from programs import numpy_on_loss
+
+    *_, terra = run(numpy_on_loss, "coexec")
+    assert not terra.explain()
+    assert [s.phase for s in terra.stats][-4:] == ["coexec"] * 4
+    assert terra.programs and all(p.ops for p in terra.programs)
