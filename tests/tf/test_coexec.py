@@ -8,7 +8,6 @@ import threading
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 from programs import CORPUS
 
 from terra_nb import Terra

@@ -1,6 +1,6 @@
 """Grouping a TraceGraph into drawn elements: chains, loops, branch cases, path and new nodes."""
 
-from conftest import make_graph
+from view_fixtures import make_graph
 
 from terra_nb.views.graph_model import (
     ViewEdge,

@@ -4,7 +4,7 @@ import json
 import shutil
 
 import pytest
-from conftest import by_id, classes, parse_svg
+from view_fixtures import by_id, classes, parse_svg
 
 from terra_nb.views import graph_dot
 from terra_nb.views.graph_model import plan_view

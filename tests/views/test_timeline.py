@@ -2,7 +2,7 @@
 
 import json
 
-from conftest import classes, make_spans_and_stats, parse_svg
+from view_fixtures import classes, make_spans_and_stats, parse_svg
 
 from terra_nb.timeline import to_chrome_trace
 from terra_nb.views.static import StaticTimeline

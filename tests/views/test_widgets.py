@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import make_graph, make_spans_and_stats
+from view_fixtures import make_graph, make_spans_and_stats
 
 pytest.importorskip("anywidget")
 
