@@ -1,0 +1,112 @@
+"""Fallbacks at every point of a training step leave variables and optimizer slots as eager does;
+exceptions and KeyboardInterrupt stop co-execution cleanly."""
+
+import threading
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from programs import batches, mlp
+
+from terra_nb import Terra
+
+
+@tf.custom_gradient
+def scaled_grad(x, scale):
+    def grad(dy):
+        return dy * scale, None
+
+    return tf.identity(x), grad
+
+
+def step_with_divergence(where):
+    """A training loop that takes a new path at iteration 5 at the point ``where``."""
+
+    def program(loop):
+        model, opt = mlp(), keras.optimizers.Adam(0.01)
+        for i, (x, y) in enumerate(loop(batches(8))):
+            late = i == 5
+            if late and where == "before_forward":
+                model.layers[0].bias.assign_add(tf.fill((8,), 0.1))  # a new op on a variable
+            with tf.GradientTape() as tape:
+                pred = model(x)
+                if late and where == "inside_backward":
+                    pred = scaled_grad(pred, tf.constant(3.0))  # changes only the backward pass
+                loss = tf.reduce_mean(tf.square(pred - y))
+            grads = tape.gradient(loss, model.trainable_variables)
+            if late and where == "after_backward":
+                grads = [g * 0.5 for g in grads]
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            if late and where == "after_update":
+                model.layers[0].kernel.assign(model.layers[0].kernel * 0.9)
+        return [v.numpy() for v in model.weights + opt.variables]
+
+    return program
+
+
+@pytest.mark.parametrize(
+    "where", ["before_forward", "inside_backward", "after_backward", "after_update"]
+)
+def test_fallback_keeps_variables_and_slots_equal_to_eager(where):
+    program = step_with_divergence(where)
+    keras.utils.set_random_seed(0)
+    expected = program(lambda it: it)
+    keras.utils.set_random_seed(0)
+    with Terra(mode="coexec") as terra:
+        got = program(terra.loop)
+    assert [s.phase for s in terra.stats][5] == "fallback"
+    assert terra.explain()[0].iteration == 5
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def graph_threads():
+    return [t for t in threading.enumerate() if t.name == "terra-graph-runner"]
+
+
+def stopping_program(error):
+    def program(loop, log):
+        model, opt = mlp(), keras.optimizers.SGD(0.05)
+        try:
+            for i, (x, y) in enumerate(loop(batches(10))):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_mean(tf.square(model(x) - y))
+                opt.apply_gradients(
+                    zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+                )
+                if i == 6:
+                    raise error("stop in iteration 6")  # after the update was issued
+        finally:
+            log.extend(v.numpy() for v in model.weights)
+
+    return program
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_exception_and_interrupt_leave_no_thread_and_eager_state(error):
+    program = stopping_program(error)
+    keras.utils.set_random_seed(0)
+    expected: list = []
+    with pytest.raises(error):
+        program(lambda it: it, expected)
+    keras.utils.set_random_seed(0)
+    got: list = []
+    with pytest.raises(error), Terra(mode="coexec") as terra:
+        program(terra.loop, got)
+    assert not graph_threads()
+    assert "coexec" in [s.phase for s in terra.stats]
+    assert terra.stats[-1].ended == "stopped"
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_placeholders_stay_usable_after_the_loop():
+    w = tf.Variable([1.0, 2.0])
+    with Terra(mode="coexec") as terra:
+        for _ in terra.loop(range(5)):
+            kept = tf.reduce_sum(w * 3.0)
+            w.assign_add([1.0, 1.0])
+    assert "coexec" in [s.phase for s in terra.stats]
+    assert float(kept) == pytest.approx((5.0 + 6.0) * 3.0)
+    assert float(kept + 1.0) == pytest.approx(34.0)  # an eager op on it after the context
