@@ -121,7 +121,7 @@ class PythonRunner:
     intercepts = True
 
     def __init__(self, locations: LocationTable, index: SignatureIndex, *, lazy: bool,
-                 xla: bool, chunk_ops: int = 8) -> None:
+                 xla: bool, chunk_ops: int = 64) -> None:
         self.locations = locations
         self.index = index
         self.lazy = lazy
