@@ -44,6 +44,23 @@ class Segment:
         return "\n".join(lines)
 
 
+def make_segment(key: tuple, entries: list) -> Segment:
+    """The Segment named by a PythonRunner key: per op (entry uid, wiring), and the returns.
+
+    ``entries`` give each op's node, type, attrs and input specs (the specs of arguments).
+    """
+    ops_key, returns = key
+    specs: dict[int, tuple] = {}
+    ops = []
+    for (_, wiring), entry in zip(ops_key, entries):
+        for i, (kind, a, _) in enumerate(wiring):
+            if kind == "arg" and a not in specs:
+                specs[a] = entry.inputs[i]
+        ops.append(SegmentOp(entry.node, entry.op_type, entry.attrs, wiring, len(entry.outputs)))
+    args = tuple(specs[a] for a in range(len(specs)))
+    return Segment(tuple(ops), args, returns)
+
+
 Rule = Callable[[SegmentOp, list], list]
 lowering_rules: dict[str, Rule] = {}
 

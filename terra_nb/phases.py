@@ -8,6 +8,7 @@ public surface; the engines keep the TraceGraph builder, the signature index and
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 from dataclasses import dataclass, field
 
@@ -18,6 +19,8 @@ from .merge import GraphBuilder
 from .python_runner import PythonRunner, SignatureIndex
 from .recorder import TraceRecorder
 from .timeline import RunnerSpan
+
+SWITCH_INTERVAL = 2e-4  # seconds; see CoexecEngine
 
 
 @dataclass(slots=True)
@@ -113,6 +116,10 @@ class CoexecEngine:
         self._hold.callback(capture.release_placeholders)
         capture.set_barrier(self.runner.sync)
         self._hold.callback(capture.set_barrier, None)
+        # The GraphRunner needs the GIL back after each segment; with CPython's default 5 ms
+        # switch interval it would wait behind the busy Python thread for up to that long.
+        self._hold.callback(sys.setswitchinterval, sys.getswitchinterval())
+        sys.setswitchinterval(SWITCH_INTERVAL)
 
     def begin(self, root_frame, iteration: int):
         self._iteration = iteration

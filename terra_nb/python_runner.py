@@ -30,7 +30,6 @@ from tensorflow.python.framework import constant_op, dtypes, ops
 
 from . import capture
 from .errors import TerraError
-from .generator import Segment, SegmentOp
 from .location import LocationTable
 from .placeholder import Placeholder
 from .recorder import TensorRef, TraceRecorder
@@ -65,6 +64,7 @@ SHAPE_RULES = {
 class Entry:
     """What answering a known call needs: its node, output specs, attrs, return structure."""
 
+    uid: int  # names the entry in segment keys
     node: int
     op_type: str
     attrs: tuple
@@ -86,6 +86,7 @@ class SignatureIndex:
             if sig not in self.entries:
                 structure = "list" if sig[2] and isinstance(sig[0], bytes) else None
                 self.entries[sig] = Entry(
+                    uid=len(self.entries),
                     node=mapping[op.index],
                     op_type=op.op_type,
                     attrs=op.attrs,
@@ -125,7 +126,8 @@ class PythonRunner:
         self.locations = locations
         self.index = index
         self.lazy = lazy
-        self.chunk_ops = chunk_ops
+        # lazy mode is LazyTensor: the graph runs only when Python needs a value, in one piece
+        self.chunk_ops = 1 << 30 if lazy else chunk_ops
         self.log = TraceRecorder(locations)
         self.handles: dict[int, Any] = {}
         self.graph = GraphRunner(self.handles, xla=xla)
@@ -268,16 +270,17 @@ class PythonRunner:
     # -- talking to the GraphRunner ---------------------------------------------------------
 
     def flush(self) -> None:
-        """Send the pending ops to the GraphRunner as one segment (returns at once)."""
+        """Send the pending ops to the GraphRunner as one segment (returns at once; in lazy
+        mode, once the graph has run it)."""
         if not self._pending:
             return
-        segment_ops, args, specs, outs = self._build()
+        ops_key, entries, args, outs = self._build()
         self._pending = []
         # A placeholder only this runner refers to (the ``outs`` tuple, the loop variable and
         # getrefcount's argument) can never be used again: its value need not leave the graph.
         kept = [(p, k, ph) for p, k, ph in outs if sys.getrefcount(ph) > 3]
-        segment = Segment(tuple(segment_ops), tuple(specs), tuple((p, k) for p, k, _ in kept))
-        item = WorkItem(segment, args, [ph for _, _, ph in kept], self.iteration, self.state)
+        key = (ops_key, tuple((p, k) for p, k, _ in kept))
+        item = WorkItem(key, entries, args, [ph for _, _, ph in kept], self.iteration, self.state)
         for _, _, ph in kept:
             ph.item = item
             self._kept.append(weakref.ref(ph))
@@ -285,33 +288,35 @@ class PythonRunner:
             self._kept = [ref for ref in self._kept if ref() is not None]
         start = time.perf_counter()
         self.graph.submit(item)
+        if self.lazy:
+            item.done.wait()
         self._stalled(start)
 
-    def _build(self) -> tuple[list, list, list, list]:
-        """The pending ops as segment ops, their arguments and specs, and every output."""
-        segment_ops, args, specs, produced, outs = [], [], [], {}, []
+    def _build(self) -> tuple[tuple, list, list, list]:
+        """The pending ops' key (entry uid and input wiring per op), entries, arguments and
+        outputs. Wiring: ("op", position, output) | ("arg", index, 0) | ("var", handle id, 0)."""
+        ops_key, entries, args, produced, outs = [], [], [], {}, []
         arg_of: dict[int, int] = {}
         for position, (entry, flat, op_outs) in enumerate(self._pending):
             wiring = []
-            for i, x in enumerate(flat):
+            for x in flat:
                 if type(x) is Placeholder and id(x) in produced:
-                    wiring.append(("op", *produced[id(x)]))
+                    wiring.append(produced[id(x)])
                 elif type(x) is _EAGER and x._datatype_enum() == _RESOURCE_ENUM:
                     self.handles[x._id] = x
                     wiring.append(("var", x._id, 0))
                 else:
-                    if id(x) not in arg_of:
-                        arg_of[id(x)] = len(args)
+                    index = arg_of.get(id(x))
+                    if index is None:
+                        index = arg_of[id(x)] = len(args)
                         args.append(x)
-                        specs.append(entry.inputs[i])
-                    wiring.append(("arg", arg_of[id(x)], 0))
-            segment_ops.append(
-                SegmentOp(entry.node, entry.op_type, entry.attrs, tuple(wiring), len(op_outs))
-            )
+                    wiring.append(("arg", index, 0))
+            ops_key.append((entry.uid, tuple(wiring)))
+            entries.append(entry)
             for k, ph in enumerate(op_outs):
-                produced[id(ph)] = (position, k)
+                produced[id(ph)] = ("op", position, k)
                 outs.append((position, k, ph))
-        return segment_ops, args, specs, outs
+        return tuple(ops_key), entries, args, outs
 
     def materialise(self, placeholder: Placeholder):
         """A fetch: the real value of ``placeholder``, waiting for the graph if needed."""

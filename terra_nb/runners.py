@@ -17,18 +17,21 @@ from typing import Any
 import tensorflow as tf
 
 from .errors import TerraError
-from .generator import Segment, compile_segment
+from .generator import Segment, compile_segment, make_segment
 from .placeholder import Placeholder
 from .timeline import RunnerSpan
 
 
 class WorkItem:
-    """One flush: run ``segment`` on ``args``; put its returned values into ``returns``."""
+    """One flush: run the segment ``key`` (built from ``entries`` on first use) on ``args``; put
+    its returned values into the placeholders ``returns``."""
 
-    __slots__ = ("segment", "args", "returns", "iteration", "phase", "done", "error")
+    __slots__ = ("key", "entries", "args", "returns", "iteration", "phase", "done", "error")
 
-    def __init__(self, segment: Segment, args: list, returns: list, iteration: int, phase: str):
-        self.segment = segment
+    def __init__(self, key: tuple, entries: list, args: list, returns: list, iteration: int,
+                 phase: str) -> None:
+        self.key = key
+        self.entries = entries
         self.args = args
         self.returns = returns
         self.iteration = iteration
@@ -46,7 +49,8 @@ class GraphRunner:
         self.spans: list[RunnerSpan] = []
         self.error: BaseException | None = None
         self.compiled = 0
-        self._cache: dict[Segment, Any] = {}
+        self._cache: dict[tuple, Any] = {}
+        self._segments: list[Segment] = []
         self._queue: queue.Queue = queue.Queue(maxsize=max_ahead)
         self._thread = threading.Thread(target=self._run, name="terra-graph-runner", daemon=True)
         self._thread.start()
@@ -77,7 +81,7 @@ class GraphRunner:
     @property
     def programs(self) -> tuple[Segment, ...]:
         """The segments compiled so far (the generated program, inspectable)."""
-        return tuple(self._cache)
+        return tuple(self._segments)
 
     # -- the thread -------------------------------------------------------------------------
 
@@ -108,15 +112,17 @@ class GraphRunner:
                 self._queue.task_done()
 
     def _execute(self, item: WorkItem) -> None:
-        function = self._cache.get(item.segment)
+        function = self._cache.get(item.key)
         if function is None:
-            function = compile_segment(item.segment, self.handles, self.xla)
-            self._cache[item.segment] = function
-            self.compiled += 1
-        args = [_argument(a, dtype) for a, (dtype, _) in zip(item.args, item.segment.args)]
-        values = function(*args)
+            segment = make_segment(item.key, item.entries)
+            function = compile_segment(segment, self.handles, self.xla)
+            self._cache[item.key] = function
+            self._segments.append(segment)
+        specs = function.structured_input_signature[0]
+        args = [_argument(a, spec.dtype) for a, spec in zip(item.args, specs)]
+        values = function._call_flat(args, function.captured_inputs)
         for placeholder, value in zip(item.returns, values):
-            if value.shape != placeholder.shape:
+            if value._shape_tuple() != placeholder.sig[1]:
                 raise TerraError(
                     f"op output shape {value.shape} differs from the traced {placeholder.shape} "
                     f"(node {placeholder.node}); the op's output shape depends on input values"

@@ -1,0 +1,169 @@
+"""Throughput of eager, tf.function, lazy and co-execution on the same loops, in one run.
+
+    python benchmarks/coexec_benchmark.py [--iterations N] [--warmup W] [--only NAME]
+
+For every loop: iterations/s after warm-up for each mode, the ratios against eager, and the
+per-iteration breakdown of co-execution (paper Figure 6): PythonRunner exec/stall and GraphRunner
+exec/stall in ms. ``tf.function`` wraps one step; where the step holds Python that tf.function
+cannot run, the column says why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from terra_nb import Terra  # noqa: E402
+
+
+def mlp_setup(width, batch, depth=2):
+    keras.utils.set_random_seed(0)
+    layers = [keras.Input((64,))] + [keras.layers.Dense(width, activation="relu")] * 0
+    layers += [keras.layers.Dense(width, activation="relu") for _ in range(depth)]
+    model = keras.Sequential(layers + [keras.layers.Dense(1)])
+    opt = keras.optimizers.Adam(1e-3)
+    rng = np.random.default_rng(0)
+    data = [(rng.normal(size=(batch, 64)).astype("float32"),
+             rng.normal(size=(batch, 1)).astype("float32")) for _ in range(8)]
+    return model, opt, data
+
+
+def make_mlp(width, batch, python_in_step):
+    """A Keras MLP step; with ``python_in_step`` the step reads the loss and branches on it."""
+
+    def build():
+        model, opt, data = mlp_setup(width, batch)
+
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x) - y))
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            if python_in_step and float(np.log1p(float(loss))) > 100.0:
+                print("diverging")
+            return loss
+
+        def loop_body(item):
+            loss = step(*item)
+            if not python_in_step:
+                float(loss)  # the loop logs the loss every step
+
+        return data, loop_body, step
+
+    return build
+
+
+def make_rnn():
+    def build():
+        keras.utils.set_random_seed(0)
+        cell = keras.layers.SimpleRNNCell(64)
+        head = keras.layers.Dense(1)
+        cell.build((None, 32))
+        head.build((None, 64))
+        variables = cell.trainable_variables + head.trainable_variables
+        opt = keras.optimizers.SGD(0.01)
+        rng = np.random.default_rng(0)
+        data = [rng.normal(size=(16, n, 32)).astype("float32") for n in (6, 8, 10, 8)]
+
+        def step(seq):
+            with tf.GradientTape() as tape:
+                h = [tf.zeros((16, 64))]
+                for t in range(seq.shape[1]):  # a data-dependent Python loop
+                    _, h = cell(seq[:, t, :], h)
+                loss = tf.reduce_mean(tf.square(head(h[0])))
+            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+            return loss
+
+        def loop_body(seq):
+            float(step(seq))
+
+        return data, loop_body, step
+
+    return build
+
+
+LOOPS = {
+    "mlp-large": make_mlp(1024, 512, python_in_step=False),
+    "mlp-python": make_mlp(256, 128, python_in_step=True),
+    "mlp-small": make_mlp(32, 16, python_in_step=False),
+    "rnn-varlen": make_rnn(),
+}
+
+
+def items(data, n):
+    return [data[i % len(data)] for i in range(n)]
+
+
+def time_plain(body, data, warmup, n) -> float:
+    for item in items(data, warmup):
+        body(item)
+    start = time.perf_counter()
+    for item in items(data, n):
+        body(item)
+    return n / (time.perf_counter() - start)
+
+
+def time_function(step, data, warmup, n) -> float | str:
+    fn = tf.function(step)
+    try:
+        for item in items(data, warmup):
+            float(fn(*item) if isinstance(item, tuple) else fn(item))
+    except Exception as error:  # what tf.function cannot run
+        return f"fails: {type(error).__name__}"
+    start = time.perf_counter()
+    for item in items(data, n):
+        float(fn(*item) if isinstance(item, tuple) else fn(item))
+    return n / (time.perf_counter() - start)
+
+
+def time_terra(body, data, warmup, n, mode):
+    with Terra(mode=mode) as terra:
+        for item in terra.loop(items(data, warmup + n)):
+            body(item)
+    end = time.perf_counter()
+    stats = terra.stats
+    rate = n / (end - stats[warmup].t_start)
+    steady = stats[warmup:]
+    ms = {key: 1e3 * sum(getattr(s, key) for s in steady) / len(steady)
+          for key in ("python_exec", "python_stall", "graph_exec", "graph_stall")}
+    phases = {p: sum(s.phase == p for s in steady) for p in ("coexec", "fallback", "tracing")}
+    return rate, ms, phases
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--only", choices=sorted(LOOPS))
+    args = parser.parse_args()
+    print(f"{'loop':<11} {'eager it/s':>10} {'tf.function':>16} {'lazy':>8} {'coexec':>8} "
+          f"{'co/eager':>8} {'co/tf.f':>7} {'co/lazy':>7}   coexec ms/it: py exec, py stall, "
+          f"graph exec, graph stall")
+    for name, build in LOOPS.items():
+        if args.only and name != args.only:
+            continue
+        data, body, step = build()
+        eager = time_plain(body, data, args.warmup, args.iterations)
+        data, body, step = build()
+        function = time_function(step, data, args.warmup, args.iterations)
+        data, body, step = build()
+        lazy, _, _ = time_terra(body, data, args.warmup, args.iterations, "lazy")
+        data, body, step = build()
+        coexec, ms, phases = time_terra(body, data, args.warmup, args.iterations, "coexec")
+        f_text = f"{function:16.1f}" if isinstance(function, float) else f"{function:>16}"
+        vs_f = f"{coexec / function:7.2f}" if isinstance(function, float) else f"{'-':>7}"
+        print(f"{name:<11} {eager:10.1f} {f_text} {lazy:8.1f} {coexec:8.1f} "
+              f"{coexec / eager:8.2f} {vs_f} {coexec / lazy:7.2f}   "
+              f"{ms['python_exec']:.2f}, {ms['python_stall']:.2f}, {ms['graph_exec']:.2f}, "
+              f"{ms['graph_stall']:.2f}  {phases}")
+
+
+if __name__ == "__main__":
+    main()
