@@ -33,8 +33,7 @@ COMMANDS = ("status", "explain", "graph", "timeline", "export", "reset")
 class TerraMagics(Magics, Configurable):
     """Runs notebook cells under terra-nb; settings: ``%config TerraMagics``."""
 
-    # "trace" until the co-execution engine lands; then "coexec".
-    default_mode = CaselessStrEnum(MODES, "trace", help="mode without --mode").tag(config=True)
+    default_mode = CaselessStrEnum(MODES, "coexec", help="mode without --mode").tag(config=True)
     viz = Bool(False, help="live view by default (--viz / --no-viz)").tag(config=True)
     max_fallbacks = Int(5, min=0, help="--max-fallbacks default").tag(config=True)
     quiet = Bool(False, help="no progress line or summary by default").tag(config=True)

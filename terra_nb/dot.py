@@ -69,13 +69,15 @@ def to_text(g: TraceGraph) -> str:
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A DOT string: backslashes and quotes escaped, line breaks as DOT's ``\\n``."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
 
 
 def _node_dot(n: TraceNode, branch: bool) -> str:
     classes = [f"terra-{n.kind}"]
     if n.kind == "op":
-        label = n.op_type + (f"\\n{n.location}" if n.location else "")
+        label = n.op_type + (f"\n{n.location}" if n.location else "")
         shape, style = "box", "rounded"
         if n.feeds:
             classes.append("terra-feed")
@@ -107,7 +109,7 @@ def to_dot(g: TraceGraph) -> str:
             if n.kind == "loop":
                 trips = ",".join(map(str, n.trip_counts))
                 lines.append(f"{indent}subgraph cluster_{n.id} {{")
-                lines.append(f"{indent}  id=loop{n.id}; class=terra-loop;")
+                lines.append(f'{indent}  id="loop{n.id}"; class="terra-loop";')
                 lines.append(f"{indent}  label={_quote(f'loop @{n.location} trips {trips}')};")
                 emit(n.id, indent + "  ")
                 lines.append(f"{indent}}}")

@@ -45,6 +45,7 @@ class IterationResult:
     covered: bool | None = None
     stalls: list[RunnerSpan] = field(default_factory=list)
     fallback: tuple[str, str, str] | None = None  # (reason, op type, location + source line)
+    path: tuple[int, ...] = ()  # TraceGraph nodes this iteration went through, in order
 
 
 class EagerEngine:
@@ -52,6 +53,10 @@ class EagerEngine:
 
     def __init__(self, learned: Learned) -> None:
         self.learned = learned
+
+    def critical(self):
+        """A block a Ctrl-C must not cut in half (it is raised at its end)."""
+        return contextlib.nullcontext()
 
     def begin(self, root_frame, iteration: int):
         return contextlib.nullcontext()
@@ -63,7 +68,7 @@ class EagerEngine:
         pass
 
 
-class TraceEngine:
+class TraceEngine(EagerEngine):
     """Runs eagerly, records every op and merges each iteration's trace into the TraceGraph."""
 
     def __init__(self, learned: Learned) -> None:
@@ -78,13 +83,17 @@ class TraceEngine:
 
     def end(self) -> IterationResult:
         trace = self.recorder.finish(self._iteration)
-        return IterationResult(
-            "tracing", len(trace.ops), trace.feeds, trace.fetches, _merge(self.learned, trace,
-                                                                          self.recorder.signatures)
-        )
+        covered = _merge(self.learned, trace, self.recorder.signatures)
+        return IterationResult("tracing", len(trace.ops), trace.feeds, trace.fetches, covered,
+                               path=_path(self.learned))
 
     def close(self) -> None:
         pass
+
+
+def _path(learned: Learned) -> tuple[int, ...]:
+    mapping = learned.builder.last_mapping
+    return tuple(mapping[i] for i in sorted(mapping))
 
 
 def _merge(learned: Learned, trace, signatures) -> bool:
@@ -114,6 +123,8 @@ class CoexecEngine:
         self._hold = contextlib.ExitStack()
         capture.hold_placeholders()
         self._hold.callback(capture.release_placeholders)
+        self.runner.interrupts.install()
+        self._hold.callback(self.runner.interrupts.uninstall)
         capture.set_barrier(self.runner.sync)
         self._hold.callback(capture.set_barrier, None)
         # The GraphRunner needs the GIL back after each segment; with CPython's default 5 ms
@@ -126,17 +137,27 @@ class CoexecEngine:
         self.runner.begin(root_frame, iteration, coexec=self.ready and not self.gave_up)
         return capture.capturing(self.runner)
 
+    @contextlib.contextmanager
+    def critical(self):
+        self.runner.interrupts.enter()
+        try:
+            yield
+        finally:
+            self.runner.interrupts.leave()
+
     def end(self) -> IterationResult:
         runner = self.runner
         trace = runner.end()
         stalls = runner.take_stall_spans()
         if trace is None:
-            return IterationResult("coexec", runner.ops, None, runner.fetches, True, stalls)
+            return IterationResult("coexec", runner.ops, None, runner.fetches, True, stalls,
+                                   path=tuple(runner.path))
         covered = _merge(self.learned, trace, self.log_signatures())
         fell_back = runner.divergence is not None
         self.ready = covered or fell_back and self.ready
         result = IterationResult("fallback" if fell_back else "tracing", len(trace.ops),
-                                 trace.feeds, trace.fetches, covered, stalls, runner.divergence)
+                                 trace.feeds, trace.fetches, covered, stalls, runner.divergence,
+                                 _path(self.learned))
         if fell_back:
             self._count_fallback()
         return result

@@ -30,6 +30,7 @@ from tensorflow.python.framework import constant_op, dtypes, ops
 
 from . import capture
 from .errors import TerraError
+from .interrupts import DeferredInterrupts
 from .location import LocationTable
 from .placeholder import Placeholder
 from .recorder import TensorRef, TraceRecorder
@@ -140,6 +141,7 @@ class PythonRunner:
         self.divergence: tuple[str, str, str] | None = None  # (reason, op type, location)
         self._pending: list[tuple[Entry, list, list[Placeholder]]] = []
         self._kept: list[weakref.ref] = []  # placeholders whose values left the graph
+        self.interrupts = DeferredInterrupts()
 
     # -- iterations -------------------------------------------------------------------------
 
@@ -150,6 +152,7 @@ class PythonRunner:
         self.stall = 0.0
         self.fetches = 0
         self.divergence = None
+        self.path: list[int] = []  # nodes answered with placeholders this iteration
 
     def take_stall_spans(self) -> list[RunnerSpan]:
         """This iteration's PythonRunner stalls (waiting for the graph), and clear them."""
@@ -188,6 +191,13 @@ class PythonRunner:
     # -- the hook ---------------------------------------------------------------------------
 
     def run_op(self, run, op_name, args, attrs, frame):
+        self.interrupts.enter()
+        try:
+            return self._run_op(run, op_name, args, attrs, frame)
+        finally:
+            self.interrupts.leave()
+
+    def _run_op(self, run, op_name, args, attrs, frame):
         loc = self.locations.locate(frame)
         if self.state != "coexec":
             return self._trace_op(run, op_name, args, attrs, loc)
@@ -224,6 +234,7 @@ class PythonRunner:
     def _answer(self, entry: Entry, op_name, args, attrs, flat: list, loc: int):
         outs = [Placeholder(d, s, self, entry.node, k) for k, (d, s) in enumerate(entry.outputs)]
         self._pending.append((entry, flat, outs))
+        self.path.append(entry.node)
         self.log.record(op_name, _light(args), attrs, [TensorRef(o) for o in outs], loc)
         if record.could_possibly_record():
             execute.record_gradient(entry.op_type, _tensors(flat, entry), entry.flat_attrs, outs)
@@ -272,6 +283,13 @@ class PythonRunner:
     def flush(self) -> None:
         """Send the pending ops to the GraphRunner as one segment (returns at once; in lazy
         mode, once the graph has run it)."""
+        self.interrupts.enter()
+        try:
+            self._flush()
+        finally:
+            self.interrupts.leave()
+
+    def _flush(self) -> None:
         if not self._pending:
             return
         ops_key, entries, args, outs = self._build()

@@ -113,6 +113,7 @@ class Terra:
         self._listeners: list[Callable[[IterationStats], None]] = []
         self._iteration: ExitStack | None = None
         self._t_start = 0.0
+        self.last_path: tuple[int, ...] = ()  # TraceGraph nodes of the last iteration
 
     # -- context ----------------------------------------------------------------------------
 
@@ -196,12 +197,13 @@ class Terra:
         if self._iteration is None:
             return  # already ended by the context's exit
         t_end = time.perf_counter()
-        try:
-            self._iteration.close()
-            result = self._engine.end()
-        finally:
-            self._iteration = None
-        self._record(result, t_end, ended)
+        with self._engine.critical():  # a Ctrl-C now is raised once the iteration is recorded
+            try:
+                self._iteration.close()
+                result = self._engine.end()
+            finally:
+                self._iteration = None
+            self._record(result, t_end, ended)
 
     def _record(self, result: IterationResult, t_end: float, ended: str) -> None:
         index = len(self._stats)
@@ -209,6 +211,7 @@ class Terra:
         self._spans.extend(_exec_spans(index, result.phase, self._t_start, t_end, result.stalls))
         if result.fallback is not None:
             self._fallbacks.append(Fallback(index, *result.fallback))
+        self.last_path = result.path
         stats = IterationStats(
             iteration=index, phase=result.phase, t_start=self._t_start, t_end=t_end,
             python_exec=t_end - self._t_start - stall, python_stall=stall, graph_exec=0.0,

@@ -46,6 +46,16 @@ def _missing() -> str | None:
     return None
 
 
+def _require() -> None:
+    """Skip when a piece is missing, except in CI (``CI=true``), where .ci/run installs them all
+    and a skipped browser test would hide a broken install."""
+    reason = _missing()
+    if reason and os.environ.get("CI") == "true":
+        pytest.fail(f"browser test cannot run in CI: {reason}")
+    if reason:
+        pytest.skip(reason)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -80,9 +90,7 @@ def _stop(proc: subprocess.Popen) -> None:
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory):
     """A JupyterLab server serving a temporary copy of this folder's notebooks; its URL."""
-    reason = _missing()
-    if reason:
-        pytest.skip(reason)
+    _require()
     root = tmp_path_factory.mktemp("lab")
     for nb in Path(__file__).parent.glob("*.ipynb"):  # the server writes to its copy only
         shutil.copy(nb, root / nb.name)
@@ -118,9 +126,7 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def browser():
-    reason = _missing()
-    if reason:
-        pytest.skip(reason)
+    _require()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -164,3 +164,23 @@ def test_data_modules_do_not_import_tensorflow():
         "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_dot_output_is_valid_graphviz():
+    """`dot` lays out the DOT of a graph with loops, branches, feeds and fetches."""
+    import shutil
+
+    if shutil.which("dot") is None:
+        pytest.skip("graphviz `dot` is not installed (apt-get install graphviz)")
+    builder = GraphBuilder(loop_location=lambda i: 'prog.py:"4"')
+    builder.merge(figure3_trace(0, True, 2))
+    builder.merge(figure3_trace(1, False, 3))
+    svg = subprocess.run(
+        ["dot", "-Tsvg"],
+        input=builder.finish().to_dot(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert 'class="cluster terra&#45;loop"' in svg  # dot escapes "-" in SVG attributes
+    assert "MatMul</text>" in svg and ">prog.py:1</text>" in svg  # two label lines

@@ -22,7 +22,7 @@ for i in range(4):
 @pytest.fixture
 def ran(ip, no_views):
     """A shell whose last %%terra run is LOOP (views unavailable: text output)."""
-    assert ip.run_cell("%%terra --quiet\n" + LOOP).success
+    assert ip.run_cell("%%terra --quiet --mode trace\n" + LOOP).success
     return ip
 
 

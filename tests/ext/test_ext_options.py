@@ -27,16 +27,11 @@ def test_mode_runs_the_engine_in_that_mode(ip, mode):
 
 
 @pytest.mark.parametrize("mode", ["coexec", "lazy"])
-def test_modes_the_engine_refuses_are_a_usage_error(ip, mode):
-    try:
-        terra_nb.Terra(mode=mode)
-    except terra_nb.TerraError as refusal:
-        with pytest.raises(UsageError, match=str(refusal)[:40]):
-            ip.run_cell_magic("terra", f"--mode {mode}", "ran = True\n")
-        assert "ran" not in ip.user_ns
-    else:  # the co-execution engine is there: the cell must run as it does plainly
-        plain, terra = plain_and_terra(ip, "", BODY, f"--mode {mode}")
-        assert_same(plain, terra)
+def test_coexecution_modes_equal_a_plain_cell(ip, mode):
+    plain, terra = plain_and_terra(ip, "", BODY, f"--mode {mode}")
+    assert_same(plain, terra)
+    assert last(ip).mode == mode
+    assert "coexec" in {s.phase for s in last(ip).stats}  # it co-executed after warm-up
 
 
 def test_engine_flags_reach_the_engine(ip):
@@ -69,7 +64,7 @@ def test_bad_options_are_usage_errors_and_run_nothing(ip, line, message):
 def test_quiet_prints_no_summary(ip, capsys):
     ip.run_cell_magic("terra", "", "for i in range(2):\n    pass\n")
     out = capsys.readouterr().out
-    assert out.startswith("terra[trace]: 2 iterations in ")
+    assert out.startswith("terra[coexec]: 2 iterations in ")  # coexec is the default
     assert out.count("\n") == 1
     ip.run_cell_magic("terra", "--quiet", "for i in range(2):\n    pass\n")
     assert capsys.readouterr().out == ""
@@ -78,7 +73,7 @@ def test_quiet_prints_no_summary(ip, capsys):
 def test_viz_without_views_falls_back_to_text(ip, capsys, no_views):
     assert ip.run_cell("%%terra --viz\nfor i in range(2):\n    y = i\n").success
     out = capsys.readouterr().out
-    assert "live view unavailable" in out and "terra[trace]: 2 iterations" in out
+    assert "live view unavailable" in out and "terra[coexec]: 2 iterations" in out
     assert ip.user_ns["y"] == 1
 
 
