@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 from tensorflow.python.eager import record
-from tensorflow.python.framework import ops, tensor_shape
+from tensorflow.python.framework import ops
 from tensorflow.python.framework import tensor as tensor_lib
 from tensorflow.python.types import core
 
@@ -29,20 +29,23 @@ class Materialiser(Protocol):
 class Placeholder(tensor_lib.Tensor, core.Value):
     """An op output that the GraphRunner has not computed (or handed over) yet."""
 
-    def __init__(self, dtype, shape, producer: Materialiser, node: int, output: int) -> None:
+    def __init__(self, spec: tuple, producer: Materialiser, node: int, output: int) -> None:
+        """``spec``: (tf.DType, TensorShape, call-signature form), made once per TraceGraph
+        output; the PythonRunner creates one placeholder per answered op output."""
         self._id = ops.uid()
-        self._dtype = dtype
-        self._shape_val = tensor_shape.TensorShape(shape)
-        self._name = f"terra/{node}:{output}"
+        self._dtype, self._shape_val, self.sig = spec
         self._producer = producer
         self.node = node
         self.output = output
-        self.sig = (dtype.as_datatype_enum, tuple(shape))  # what call signatures use
         self.value = None  # the real EagerTensor, once known
         self.item = None  # the GraphRunner work item that computes it, once flushed
         self._taped = False
 
     # -- what eager tensors have ------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return f"terra/{self.node}:{self.output}"
 
     @property
     def device(self) -> str:

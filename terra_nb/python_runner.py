@@ -27,6 +27,7 @@ import numpy as np
 from tensorflow.python.eager import execute, record
 from tensorflow.python.eager.core import _FallbackException
 from tensorflow.python.framework import constant_op, dtypes, ops
+from tensorflow.python.framework.tensor_shape import TensorShape
 
 from . import capture
 from .errors import TerraError
@@ -71,7 +72,7 @@ class Entry:
     attrs: tuple
     flat_attrs: tuple
     inputs: tuple[tuple[str, tuple], ...]  # (dtype name, shape) per flattened input
-    outputs: tuple[tuple[Any, tuple], ...]  # (tf.DType, shape)
+    outputs: tuple[tuple[Any, Any, tuple], ...]  # (tf.DType, TensorShape, sig) per output
     structure: str
 
 
@@ -93,7 +94,7 @@ class SignatureIndex:
                     attrs=op.attrs,
                     flat_attrs=tuple(x for kv in op.attrs for x in kv),
                     inputs=tuple((s.dtype, s.shape) for s in op.input_specs),
-                    outputs=tuple((dtypes.as_dtype(s.dtype), s.shape) for s in op.outputs),
+                    outputs=tuple(_output_spec(s) for s in op.outputs),
                     structure=structure or _structure(op.op_type, sig),
                 )
                 self._sites.setdefault(sig[:2], []).append(sig)
@@ -110,6 +111,12 @@ class SignatureIndex:
         if all(len(k[3]) != len(sig[3]) or k[3] != sig[3] for k in known):
             return "new input shape, dtype or shape-defining value"
         return "new call"
+
+
+def _output_spec(spec) -> tuple:
+    """What a placeholder of this output needs, made once: dtype, TensorShape, signature."""
+    dtype = dtypes.as_dtype(spec.dtype)
+    return (dtype, TensorShape(spec.shape), (dtype.as_datatype_enum, spec.shape))
 
 
 def _structure(op_type: str, sig: tuple) -> str:
@@ -232,9 +239,10 @@ class PythonRunner:
     # -- answering with placeholders --------------------------------------------------------
 
     def _answer(self, entry: Entry, op_name, args, attrs, flat: list, loc: int):
-        outs = [Placeholder(d, s, self, entry.node, k) for k, (d, s) in enumerate(entry.outputs)]
+        node = entry.node
+        outs = [Placeholder(spec, self, node, k) for k, spec in enumerate(entry.outputs)]
         self._pending.append((entry, flat, outs))
-        self.path.append(entry.node)
+        self.path.append(node)
         self.log.record(op_name, _light(args), attrs, [TensorRef(o) for o in outs], loc)
         if record.could_possibly_record():
             execute.record_gradient(entry.op_type, _tensors(flat, entry), entry.flat_attrs, outs)

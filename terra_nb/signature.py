@@ -101,16 +101,23 @@ def _frozen(value: Any) -> Any:
     return value
 
 
+def _attr_key(values: tuple) -> tuple:
+    try:
+        hash(values)  # the usual case: strings, ints, bools, dtypes
+        return values
+    except TypeError:
+        return tuple(_frozen(v) for v in values)
+
+
 def call_signature(op_name: Any, args: Any, attrs: tuple | None, loc: int) -> tuple:
     """The signature of a call as the hook sees it (fast path: ``attrs`` is None)."""
-    op_type = op_name.decode() if isinstance(op_name, bytes) else op_name
-    info = op_info(op_type)
+    info = op_info(op_name.decode() if type(op_name) is bytes else op_name)
     if attrs is None:
         n = info.n_inputs
-        ins = tuple(input_sig(x, s) for x, s in zip(args[:n], info.shape_like))
-        return (op_name, loc, tuple(_frozen(v) for v in args[n:]), ins)
+        ins = tuple([input_sig(x, s) for x, s in zip(args[:n], info.shape_like)])
+        return (op_name, loc, _attr_key(args[n:]), ins)
     if len(info.shape_like) == len(args):
-        ins = tuple(input_sig(x, s) for x, s in zip(args, info.shape_like))
+        ins = tuple([input_sig(x, s) for x, s in zip(args, info.shape_like)])
     else:  # list arguments flattened: no positional shape-like information
-        ins = tuple(input_sig(x, False) for x in args)
-    return (op_name, loc, tuple(_frozen(v) for v in attrs), ins)
+        ins = tuple([input_sig(x, False) for x in args])
+    return (op_name, loc, _attr_key(tuple(attrs)), ins)
