@@ -75,7 +75,16 @@ def real_values(args):
     return out
 
 
-_PLAIN = (ops.EagerTensor, Placeholder, int, float, bool, str, bytes, np.ndarray, np.generic)
+_PLAIN = frozenset(
+    {ops.EagerTensor, Placeholder, int, float, bool, str, bytes, np.ndarray, type(None)}
+)
+
+
+_n_inputs: dict[str, int] = {}
+
+
+def _plain(x) -> bool:
+    return type(x) in _PLAIN or isinstance(x, np.generic)
 
 
 def _converts_objects(op_name, args) -> bool:
@@ -84,12 +93,19 @@ def _converts_objects(op_name, args) -> bool:
     The C fast path would convert it without running a visible op; sending such calls to the slow
     path makes the conversion (a ``ReadVariableOp``) a recorded op in every mode alike.
     """
-    for x in args[: op_info(op_name).n_inputs]:
-        if x is None or isinstance(x, _PLAIN):
+    n = _n_inputs.get(op_name)
+    if n is None:
+        n = _n_inputs[op_name] = op_info(op_name).n_inputs
+    for x in args[:n]:
+        t = type(x)
+        if t in _PLAIN:
             continue
-        if isinstance(x, (list, tuple)) and all(e is None or isinstance(e, _PLAIN) for e in x):
-            continue
-        return True
+        if t is list or t is tuple:
+            if all(_plain(e) for e in x):
+                continue
+            return True
+        if not isinstance(x, np.generic):
+            return True
     return False
 
 

@@ -55,7 +55,11 @@ class TraceRecorder:
     # -- hot path ---------------------------------------------------------------------------
 
     def on_op(self, op_name, args, attrs, outputs, frame) -> None:
-        self.record(op_name, args, attrs, outputs, self.locations.locate(frame))
+        loc = self.locations.locate(frame)
+        attempt = self._attempt
+        if attempt is not None:
+            self._attempt = None
+        self._raw.append((op_name, args, attrs, outputs, loc, attempt))
 
     def record(self, op_name, args, attrs, outputs, loc: int) -> None:
         """Log one executed op (``outputs`` may be TensorRefs)."""
