@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import numpy as np
-from tensorflow.python.eager import record
+from tensorflow.python.eager import core, record
 from tensorflow.python.framework import ops
 from tensorflow.python.framework import tensor as tensor_lib
-from tensorflow.python.types import core
+from tensorflow.python.types import core as types_core
 
 _DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
 
@@ -26,7 +26,7 @@ class Materialiser(Protocol):
         """Return the real eager tensor of ``placeholder`` (blocking until it is computed)."""
 
 
-class Placeholder(tensor_lib.Tensor, core.Value):
+class Placeholder(tensor_lib.Tensor, types_core.Value):
     """An op output that the GraphRunner has not computed (or handed over) yet."""
 
     def __init__(self, spec: tuple, producer: Materialiser, node: int, output: int) -> None:
@@ -100,7 +100,12 @@ class Placeholder(tensor_lib.Tensor, core.Value):
         return self.value
 
     def _numpy(self):
-        return self.real()._numpy()
+        # The value's own _numpy is hooked to report a fetch: this one was reported already.
+        value = self.real()
+        try:
+            return value._numpy_internal()
+        except core._NotOkStatusException as error:
+            raise core._status_to_exception(error) from None
 
     def numpy(self):
         maybe = self._numpy()

@@ -23,7 +23,7 @@ from .graph_view import GraphState
 from .live import LayoutWorker, RateMeter, on_cell_end
 from .static import counters_html, timeline_html
 from .timeline_svg import last_iterations
-from .timeline_view import TimelineState
+from .timeline_view import TimelineState, timeline_text
 
 HERE = Path(__file__).parent
 _ENTRY = "// @terra-entry"
@@ -209,4 +209,5 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
             + self.graph_static_html()
             + timeline_html(spans, stats, self.window, self._totals)
         )
+        data["text/plain"] = f"terra-nb dashboard: {timeline_text(self._stats)}"
         return data, metadata

@@ -110,6 +110,16 @@ class GraphState(t.HasTraits):
         return next(n for n in json.loads(self.graph_json)["nodes"] if n["id"] == node_id)
 
 
+def graph_text(graph: TraceGraph | None) -> str:
+    """What a text-only front end shows for a graph view: one summary line."""
+    if graph is None:
+        return "TraceGraph view (empty)"
+    return (
+        f"TraceGraph view: {len(graph.nodes)} nodes, {len(graph.nodes_of('loop'))} loops, "
+        f"{len(graph.branch_points)} branch points"
+    )
+
+
 class GraphView(GraphState, anywidget.AnyWidget):
     """A live or static view of one TraceGraph (see the module docstring)."""
 
@@ -125,4 +135,5 @@ class GraphView(GraphState, anywidget.AnyWidget):
     def _repr_mimebundle_(self, **kwargs):
         data, metadata = super()._repr_mimebundle_(**kwargs)
         data["text/html"] = self.graph_static_html()
+        data["text/plain"] = graph_text(self._graph)
         return data, metadata

@@ -57,6 +57,15 @@ class TimelineState(t.HasTraits):
             self.send({"type": "chrome_trace", "json": self.chrome_trace()})
 
 
+def timeline_text(stats) -> str:
+    """One summary line of a timeline for text-only front ends."""
+    phases: dict[str, int] = {}
+    for s in stats:
+        phases[s.phase] = phases.get(s.phase, 0) + 1
+    parts = ", ".join(f"{n} {p}" for p, n in phases.items())
+    return f"Runner timeline: {len(stats)} iterations ({parts})"
+
+
 class TimelineView(TimelineState, anywidget.AnyWidget):
     """The timeline of a finished (or running) loop: ``TimelineView(terra.spans, terra.stats)``."""
 
@@ -72,6 +81,7 @@ class TimelineView(TimelineState, anywidget.AnyWidget):
     def _repr_mimebundle_(self, **kwargs):
         data, metadata = super()._repr_mimebundle_(**kwargs)
         data["text/html"] = timeline_html(self._spans, self._stats, self.window)
+        data["text/plain"] = timeline_text(self._stats)
         return data, metadata
 
     def summary(self) -> dict[str, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from pathlib import Path
@@ -72,25 +73,39 @@ def test_quickstart():
     book = executed("quickstart")
     assert book.errors() == []
     assert "%load_ext terra_nb" in book.code[0].source
-    train = book.text(book.cell("%%terra --mode trace"))
+    train_cell = book.cell("%%terra\n")
+    assert train_cell.source.splitlines()[0] == "%%terra"  # the default mode
+    train = book.text(train_cell)
     first, last = map(float, re.search(r"loss: first ([\d.]+), last ([\d.]+)", train).groups())
     assert last < first
-    assert re.search(r"terra\[trace\]: 12 iterations in .* 0 fallbacks", train)
+    assert re.search(r"terra\[coexec\]: 32 iterations in .* phase coexec, 1 fallbacks", train)
     assert book.text(book.cell("terra_weights")) == "same as eager: True\n"
     status = book.text(book.cell("%terra status"))
-    assert "iterations  12 (12 completed)" in status and "fallbacks   0" in status
-    assert "covered     from iteration" in status
-    assert shows_view(book, book.cell("%terra timeline"), "tracing")
-    assert shows_view(book, book.cell("%terra graph"), "TraceGraph(")
-    assert book.text(book.cell("%terra explain")) == "no fallbacks in the last run (mode trace)\n"
+    for line in ("mode        coexec", "phase       coexec", "iterations  32 (32 completed)",
+                 "covered     from iteration 1", "fallbacks   1"):
+        assert line in status
+    explained = book.text(book.cell("%terra explain"))
+    fallback = re.fullmatch(
+        r"iteration (\d+): new op or new program location at AssignVariableOp "
+        r"\(<terra-cell-\w+>:10  optimizer\.learning_rate\.assign\(0\.02\)\)\n", explained)
+    assert fallback and int(fallback.group(1)) >= 2  # after the warm-up, in co-execution
+    assert shows_view(book, book.cell("%terra timeline"), "coexec")
+    assert shows_view(book, book.cell("%terra graph"), "1 branch points")
     exported = book.text(book.cell("import tempfile"))
     assert exported == "['timeline.json', 'tracegraph.dot', 'tracegraph.json']\n"
 
 
 def test_how_it_works():
     book = executed("how_it_works")
-    first = book.text(book.cell("%%terra --mode trace\nw = "))
-    assert "terra[trace]: 3 iterations" in first
+    assert book.errors() == []
+    tracing = book.text(book.cell('with terra_nb.Terra(mode="trace") as terra:\n    w = '))
+    assert tracing.splitlines() == [
+        "iteration 0: phase tracing, 7 ops, covered=False",
+        "iteration 1: phase tracing, 7 ops, covered=True",
+        "iteration 2: phase tracing, 7 ops, covered=True",
+    ]
+    graphs = [book.text(c) for c in book.code if c.source == "print(repr(terra.graph))"]
+    assert graphs[0].startswith("TraceGraph(9 nodes, 0 loops, 0 branch points)")
     growth = book.text(book.cell("growth = []"))
     covered = re.findall(r"iteration (\d): (\d) ops, covered=(\w+), TraceGraph (\d+) nodes", growth)
     assert len(covered) == 7
@@ -98,31 +113,73 @@ def test_how_it_works():
     assert covered[-1][2] == "True"
     assert int(covered[2][3]) > int(covered[0][3])  # the graph grew
     assert "branch points: 1" in growth
-    assert "1 branch points" in book.text(book.cell("print(repr(terra.graph))"))
-    loops = book.text(book.cell("with terra_nb.Terra"))
+    assert graphs[1].startswith("TraceGraph(4 nodes, 0 loops, 1 branch points)")
+    assert re.search(r"= Sqrt %1 ", graphs[1])
+    loops = book.text(book.cell('with terra_nb.Terra(mode="trace") as terra:\n    for i'))
     assert "loop nodes: 1 trip counts seen: [2, 3]" in loops
     assert re.search(r"= loop @.* trips=\{2,3\}", loops)
-    assert "no fallbacks" in book.text(book.cell("%terra explain"))
-    coexec = book.cell("%%terra --mode coexec")
-    assert "raises-exception" in coexec.metadata.get("tags", [])
-    text = book.text(coexec)
-    assert "UsageError: mode 'coexec' needs the co-execution engine" in text or (
-        "terra[coexec]: 3 iterations" in text)
+    feeds = book.text(book.cell('with terra_nb.Terra(mode="trace") as terra:\n    m = '))
+    assert "per iteration: 5 feeds, 1 fetch\n" in feeds
+    assert re.search(r"node \d+ Mean  fed inputs \[1\], fetched outputs \[0\]", feeds)
+
+    switch = book.text(book.cell("rng = np.random.default_rng(0)"))
+    phases = ast.literal_eval(re.search(r"phases: (\[.*\])", switch).group(1))
+    assert len(phases) == 24
+    assert phases[:2] == ["tracing", "tracing"] and phases[2] == "coexec"
+    assert phases[15] == "fallback" and set(phases[2:15] + phases[16:]) == {"coexec"}
+    assert "first co-executed iteration: 2" in switch
+    assert "same as eager: True" in switch
+    programs = book.text(book.cell("print(len(terra.programs)"))
+    assert int(re.match(r"(\d+) compiled segment\(s\)", programs).group(1)) >= 1
+    assert re.search(r"segment\(\d+ args\) -> \d+ values", programs)
+    assert re.search(r"#\d+ node \d+: AssignSubVariableOp var\d+ op\d+", programs)
+    fallback = book.text(book.cell("for fallback in terra.explain()"))
+    assert re.match(
+        r"iteration 15: new op or new program location at ReadVariableOp "
+        r"\(.*:15  w\.assign\(w \* 0\.5\)\)\n", fallback)
+    assert "phase of iteration 15: fallback | after it: ['coexec']" in fallback
+    assert "branch points now: 1" in fallback
+
+    timeline = book.text(book.cell("print(f\"{'iter'"))
+    rows = re.findall(r"^\s*(\d+)  (\w+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$",
+                      timeline, re.M)
+    assert [int(r[0]) for r in rows] == list(range(24))
+    assert [r[1] for r in rows] == phases
+    for _, phase, _, _, graph_exec, _ in rows:
+        assert (float(graph_exec) > 0) == (phase != "tracing")
+    assert "graph exec > 0 in every co-executed iteration: True" in timeline
+    assert "graph exec while tracing: 0.0" in timeline
+    assert shows_view(book, book.cell("import terra_nb.views"), "StaticTimeline")
 
 
 def test_debugging():
     book = executed("debugging")
-    printed = book.text(book.cell("%%terra --mode trace\nhistory"))
-    assert re.findall(r"step (\d+): loss=", printed) == ["0", "3", "6", "9"]
-    assert "steps recorded: 10\nlast step: 9" in book.text(book.cell('print("steps recorded'))
-    stopped = book.text(book.cell("%%terra --mode trace\nthreshold"))
-    step = int(re.search(r"stopped at step (\d+)", stopped).group(1))
-    assert f"terra[trace]: {step + 1} iterations" in stopped
-    failing = book.cell("%%terra --mode trace\nfor step, (x, y) in enumerate(bad_data)")
-    assert "FloatingPointError: loss is nan at step 4" in book.text(failing)
+    printed = book.text(book.cell("%%terra\nmodel, optimizer = make_model()\nhistory"))
+    assert re.findall(r"step (\d+): loss=[\d.]+ \|grad\|=[\d.]+ bias\[0\]=", printed) == [
+        "0", "3", "6", "9"]
+    assert re.search(r"terra\[coexec\]: 12 iterations in .* phase coexec, 0 fallbacks", printed)
+    after = book.text(book.cell('print("steps recorded'))
+    assert "steps recorded: 12\nlast step: 11" in after
+    assert "grad tensors: 4" in after
+    assert "last gradient of the output bias: [" in after
+    assert book.text(book.cell("eager_model, eager_optimizer = make_model()\neager_history")) == (
+        "same as eager: True\n")
+    stopped = book.text(book.cell("%%terra\nthreshold"))
+    assert "stopped at step 6 with loss" in stopped
+    assert re.search(r"terra\[coexec\]: 7 iterations in .* phase coexec", stopped)
+    failing = book.cell("%%terra\nfor step, (x, y) in enumerate(bad_data)")
+    failed = book.text(failing)
+    assert "FloatingPointError: loss is nan at step 6" in failed
+    assert "phase coexec, 0 fallbacks" in failed
+    assert "stopped by FloatingPointError in iteration 6" in failed
     assert book.errors() == ["FloatingPointError"]
     after = book.text(book.cell('print("failed at step'))
-    expected = ["failed at step 4", "bad inputs: 24 NaNs", "weights finite: True"]
-    assert after.splitlines()[:3] == expected
-    assert "updates applied before the error: True" in after
-    assert "error       FloatingPointError in iteration 4" in book.text(book.code[-1])
+    assert after.splitlines() == [
+        "failed at step 6", "bad inputs: 24 NaNs", "weights finite: True",
+        "updates applied before the error: True", "optimizer steps: 6"]
+    assert book.text(book.cell("eager_model, eager_optimizer = make_model()\ntry")) == (
+        "eager: loss is nan at step 6\nsame as eager: True\n")
+    status = book.text(book.code[-1])
+    assert "mode        coexec" in status and "phase       coexec" in status
+    assert "iterations  7 (6 completed)" in status
+    assert "error       FloatingPointError in iteration 6" in status

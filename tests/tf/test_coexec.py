@@ -8,6 +8,7 @@ import threading
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 from programs import CORPUS
 
 from terra_nb import Terra
@@ -75,3 +76,13 @@ def test_steady_loop_co_executes_without_fallback():
     assert not terra.explain()
     assert [s.phase for s in terra.stats][-4:] == ["coexec"] * 4
     assert terra.programs and all(p.ops for p in terra.programs)
+
+
+def test_each_value_read_is_one_fetch_in_every_phase():
+    v = tf.Variable(1.0)
+    with Terra(mode="coexec") as terra:
+        for _ in terra.loop(range(4)):
+            float(v * 2.0)
+    assert [(s.phase, s.fetches) for s in terra.stats] == [
+        ("tracing", 1), ("tracing", 1), ("coexec", 1), ("coexec", 1)
+    ]
