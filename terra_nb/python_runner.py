@@ -130,7 +130,7 @@ class PythonRunner:
     intercepts = True
 
     def __init__(self, locations: LocationTable, index: SignatureIndex, *, lazy: bool,
-                 xla: bool, chunk_ops: int = 64) -> None:
+                 xla: bool, chunk_ops: int = 512) -> None:
         self.locations = locations
         self.index = index
         self.lazy = lazy
@@ -288,20 +288,21 @@ class PythonRunner:
 
     # -- talking to the GraphRunner ---------------------------------------------------------
 
-    def flush(self) -> None:
-        """Send the pending ops to the GraphRunner as one segment (returns at once; in lazy
-        mode, once the graph has run it)."""
+    def flush(self, upto: int | None = None) -> None:
+        """Send the first ``upto`` (default: all) pending ops to the GraphRunner as one segment
+        (returns at once; in lazy mode, once the graph has run it)."""
         self.interrupts.enter()
         try:
-            self._flush()
+            if self._pending:
+                head = self._pending[:upto] if upto is not None else self._pending
+                self._pending = self._pending[len(head) :]
+                self._submit(head)
         finally:
             self.interrupts.leave()
 
-    def _flush(self) -> None:
-        if not self._pending:
-            return
-        ops_key, entries, args, outs = self._build()
-        self._pending = []
+    def _submit(self, head: list) -> None:
+        ops_key, entries, args, outs = self._build(head)
+        head.clear()
         # A placeholder only this runner refers to (the ``outs`` tuple, the loop variable and
         # getrefcount's argument) can never be used again: its value need not leave the graph.
         kept = [(p, k, ph) for p, k, ph in outs if sys.getrefcount(ph) > 3]
@@ -318,12 +319,12 @@ class PythonRunner:
             item.done.wait()
         self._stalled(start)
 
-    def _build(self) -> tuple[tuple, list, list, list]:
-        """The pending ops' key (entry uid and input wiring per op), entries, arguments and
-        outputs. Wiring: ("op", position, output) | ("arg", index, 0) | ("var", handle id, 0)."""
+    def _build(self, head: list) -> tuple[tuple, list, list, list]:
+        """The ops' key (entry uid and input wiring per op), entries, arguments and outputs.
+        Wiring: ("op", position, output) | ("arg", index, 0) | ("var", handle id, 0)."""
         ops_key, entries, args, produced, outs = [], [], [], {}, []
         arg_of: dict[int, int] = {}
-        for position, (entry, flat, op_outs) in enumerate(self._pending):
+        for position, (entry, flat, op_outs) in enumerate(head):
             wiring = []
             for x in flat:
                 if type(x) is Placeholder and id(x) in produced:
@@ -348,6 +349,9 @@ class PythonRunner:
         """A fetch: the real value of ``placeholder``, waiting for the graph if needed."""
         if placeholder.value is None:
             if placeholder.item is None:
+                # Split at the op that makes the value: Python waits for that part only, and the
+                # ops issued after it run while Python goes on.
+                self.flush(self._position(placeholder) + 1)
                 self.flush()
             item = placeholder.item
             if item is None:
@@ -362,6 +366,12 @@ class PythonRunner:
         self.fetches += 1
         self.log.on_fetch(TensorRef(placeholder))
         return placeholder.value
+
+    def _position(self, placeholder: Placeholder) -> int:
+        for position, (_, _, outs) in enumerate(self._pending):
+            if any(o is placeholder for o in outs):
+                return position
+        return len(self._pending) - 1
 
     def sync(self) -> None:
         """Wait until the graph has run everything submitted (before eager code between
