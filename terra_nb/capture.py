@@ -136,9 +136,8 @@ def _fast_path_execute(ctx, op_name, name, *args):
         return sink.run_op(
             lambda a: fast(ctx, op_name, name, *a), op_name, args, None, sys._getframe(1)
         )
-    real = real_values(args) if _holds else args
     try:
-        outputs = fast(ctx, op_name, name, *real)
+        outputs = fast(ctx, op_name, name, *(real_values(args) if _holds else args))
     except _FallbackException:
         sink.on_fast_fallback(op_name, args, sys._getframe(1))
         raise

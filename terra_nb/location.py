@@ -19,8 +19,6 @@ import sysconfig
 from dataclasses import dataclass
 from types import CodeType, FrameType
 
-_MAX_DEPTH = 256
-
 _LIBRARY_DIRS = tuple(
     sorted(
         {
@@ -132,14 +130,13 @@ class LocationTable:
         root = self.root
         start = frame
         key: list = []
-        depth = 0
-        while frame is not None and depth < _MAX_DEPTH:
-            key.append(id(frame.f_code))
-            key.append(frame.f_lasti)
+        append = key.append
+        while frame is not None:  # the stack is finite: a frame outside the loop ends at its base
+            append(id(frame.f_code))
+            append(frame.f_lasti)
             if frame is root:
                 break
             frame = frame.f_back
-            depth += 1
         tkey = tuple(key)
         loc = self._ids.get(tkey)
         if loc is None:
