@@ -42,7 +42,7 @@ class GraphBuilder:
         self._previous: dict[int, int] = {}  # op index of the last trace -> node id
         self._changed = False
         self._graph: TraceGraph | None = None
-        self._loop_location = loop_location
+        self.loop_location = loop_location
         self.start = self._new("start").id
         self.end = self._new("end").id
         self.traces = 0
@@ -102,7 +102,7 @@ class GraphBuilder:
     def _new_item(self, key: tuple, parent: int, item) -> _Node:
         if isinstance(item, LoopRun):
             node = self._new("loop", key, parent, loop=item.loop)
-            node.location = self._loop_location(item.loop)
+            node.location = self.loop_location(item.loop)
             start, end = self._new("start", parent=node.id), self._new("end", parent=node.id)
             node.body = (start.id, end.id)
         else:

@@ -33,7 +33,7 @@ class Learned:
     index: SignatureIndex = field(default_factory=SignatureIndex)
 
     def __post_init__(self) -> None:
-        self.builder._loop_location = self.locations.loop_text
+        self.builder.loop_location = self.locations.loop_text
 
 
 @dataclass(slots=True)

@@ -20,25 +20,23 @@ import linecache
 import sys
 import time
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from tensorflow.python.eager import execute, record
 from tensorflow.python.eager.core import _FallbackException
 from tensorflow.python.framework import constant_op, dtypes, ops
-from tensorflow.python.framework.tensor_shape import TensorShape
 
 from . import capture
 from .errors import TerraError
 from .interrupts import DeferredInterrupts
 from .location import LocationTable
 from .placeholder import Placeholder
-from .recorder import TensorRef, TraceRecorder
+from .recorder import TraceRecorder
 from .runners import GraphRunner, WorkItem
-from .signature import call_signature, op_info
+from .signature import FAST_FALLBACK, Entry, SignatureIndex, call_signature, op_info
 from .timeline import RunnerSpan
-from .trace import Trace
+from .trace import TensorRef, Trace
 
 _EAGER = ops.EagerTensor
 _RESOURCE_ENUM = dtypes.resource.as_datatype_enum
@@ -47,9 +45,6 @@ HOST_OPS = frozenset(
     {"Where", "Unique", "UniqueV2", "UniqueWithCounts", "UniqueWithCountsV2", "NonMaxSuppressionV3",
      "NonMaxSuppressionV4", "NonMaxSuppressionV5", "DenseToSparseSetOperation", "Bincount"}
 )
-FAST_FALLBACK = "fast-path fell back"
-
-
 def _static(x) -> list[int]:
     return x.shape.as_list()
 
@@ -60,68 +55,6 @@ SHAPE_RULES = {
     "Size": lambda flat, t: [constant_op.constant(int(np.prod(_static(flat[0]))), dtype=t)],
     "Rank": lambda flat, t: [constant_op.constant(len(_static(flat[0])), dtype=dtypes.int32)],
 }  # index value: the fast path refused this call in tracing
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """What answering a known call needs: its node, output specs, attrs, return structure."""
-
-    uid: int  # names the entry in segment keys
-    node: int
-    op_type: str
-    attrs: tuple
-    flat_attrs: tuple
-    inputs: tuple[tuple[str, tuple], ...]  # (dtype name, shape) per flattened input
-    outputs: tuple[tuple[Any, Any, tuple], ...]  # (tf.DType, TensorShape, sig) per output
-    structure: str
-
-
-class SignatureIndex:
-    """Call signature -> Entry (or FAST_FALLBACK), learned from traced iterations."""
-
-    def __init__(self) -> None:
-        self.entries: dict[tuple, Entry | str] = {}
-        self._sites: dict[tuple, list[tuple]] = {}  # (op name, loc) -> signatures, for explain
-
-    def learn(self, trace: Trace, signatures, mapping: dict[int, int]) -> None:
-        for op, (sig, fast_sig) in zip(trace.ops, signatures):
-            if sig not in self.entries:
-                structure = "list" if sig[2] and isinstance(sig[0], bytes) else None
-                self.entries[sig] = Entry(
-                    uid=len(self.entries),
-                    node=mapping[op.index],
-                    op_type=op.op_type,
-                    attrs=op.attrs,
-                    flat_attrs=tuple(x for kv in op.attrs for x in kv),
-                    inputs=tuple((s.dtype, s.shape) for s in op.input_specs),
-                    outputs=tuple(_output_spec(s) for s in op.outputs),
-                    structure=structure or _structure(op.op_type, sig),
-                )
-                self._sites.setdefault(sig[:2], []).append(sig)
-            if fast_sig is not None:
-                self.entries.setdefault(fast_sig, FAST_FALLBACK)
-
-    def why_unknown(self, sig: tuple) -> str:
-        """A short reason why ``sig`` is not in the index."""
-        known = self._sites.get(sig[:2])
-        if not known:
-            return "new op or new program location"
-        if all(k[2] != sig[2] for k in known):
-            return "new attributes"
-        if all(len(k[3]) != len(sig[3]) or k[3] != sig[3] for k in known):
-            return "new input shape, dtype or shape-defining value"
-        return "new call"
-
-
-def _output_spec(spec) -> tuple:
-    """What a placeholder of this output needs, made once: dtype, TensorShape, signature."""
-    dtype = dtypes.as_dtype(spec.dtype)
-    return (dtype, TensorShape(spec.shape), (dtype.as_datatype_enum, spec.shape))
-
-
-def _structure(op_type: str, sig: tuple) -> str:
-    # The slow path (``execute``) always returns a list; the fast path follows the OpDef.
-    return "list" if isinstance(sig[0], bytes) else op_info(op_type).structure
 
 
 class PythonRunner:

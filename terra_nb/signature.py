@@ -10,12 +10,15 @@ the signature too, so an entry's output shapes are always right.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tensorflow.python.framework import op_def_registry, ops
+from tensorflow.python.framework import dtypes, op_def_registry, ops
+from tensorflow.python.framework.tensor_shape import TensorShape
 
 from .placeholder import Placeholder
+from .trace import Trace
 
 _EAGER = ops.EagerTensor
 _INT_ENUMS = {3, 9}  # DT_INT32, DT_INT64
@@ -121,3 +124,68 @@ def call_signature(op_name: Any, args: Any, attrs: tuple | None, loc: int) -> tu
     else:  # list arguments flattened: no positional shape-like information
         ins = tuple([input_sig(x, False) for x in args])
     return (op_name, loc, _attr_key(tuple(attrs)), ins)
+
+
+FAST_FALLBACK = "fast-path fell back"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What answering a known call needs: its node, output specs, attrs, return structure."""
+
+    uid: int  # names the entry in segment keys
+    node: int
+    op_type: str
+    attrs: tuple
+    flat_attrs: tuple
+    inputs: tuple[tuple[str, tuple], ...]  # (dtype name, shape) per flattened input
+    outputs: tuple[tuple[Any, Any, tuple], ...]  # (tf.DType, TensorShape, sig) per output
+    structure: str
+
+
+class SignatureIndex:
+    """Call signature -> Entry (or FAST_FALLBACK), learned from traced iterations."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple, Entry | str] = {}
+        self._sites: dict[tuple, list[tuple]] = {}  # (op name, loc) -> signatures, for explain
+
+    def learn(self, trace: Trace, signatures, mapping: dict[int, int]) -> None:
+        for op, (sig, fast_sig) in zip(trace.ops, signatures):
+            if sig not in self.entries:
+                structure = "list" if sig[2] and isinstance(sig[0], bytes) else None
+                self.entries[sig] = Entry(
+                    uid=len(self.entries),
+                    node=mapping[op.index],
+                    op_type=op.op_type,
+                    attrs=op.attrs,
+                    flat_attrs=tuple(x for kv in op.attrs for x in kv),
+                    inputs=tuple((s.dtype, s.shape) for s in op.input_specs),
+                    outputs=tuple(_output_spec(s) for s in op.outputs),
+                    structure=structure or _structure(op.op_type, sig),
+                )
+                self._sites.setdefault(sig[:2], []).append(sig)
+            if fast_sig is not None:
+                self.entries.setdefault(fast_sig, FAST_FALLBACK)
+
+    def why_unknown(self, sig: tuple) -> str:
+        """A short reason why ``sig`` is not in the index."""
+        known = self._sites.get(sig[:2])
+        if not known:
+            return "new op or new program location"
+        if all(k[2] != sig[2] for k in known):
+            return "new attributes"
+        if all(len(k[3]) != len(sig[3]) or k[3] != sig[3] for k in known):
+            return "new input shape, dtype or shape-defining value"
+        return "new call"
+
+
+def _output_spec(spec) -> tuple:
+    """What a placeholder of this output needs, made once: dtype, TensorShape, signature."""
+    dtype = dtypes.as_dtype(spec.dtype)
+    return (dtype, TensorShape(spec.shape), (dtype.as_datatype_enum, spec.shape))
+
+
+def _structure(op_type: str, sig: tuple) -> str:
+    # The slow path (``execute``) always returns a list; the fast path follows the OpDef.
+    return "list" if isinstance(sig[0], bytes) else op_info(op_type).structure

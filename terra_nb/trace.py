@@ -49,6 +49,17 @@ class Source:
         return f"{self.kind}:{self.detail}"
 
 
+class TensorRef:
+    """Stands for a tensor in the iteration log without keeping it (or its value) alive."""
+
+    __slots__ = ("_id", "dtype", "shape")
+
+    def __init__(self, tensor) -> None:
+        self._id = tensor._id
+        self.dtype = tensor.dtype
+        self.shape = tensor.shape
+
+
 @dataclass(frozen=True, slots=True)
 class TraceOp:
     """One executed op. ``loops`` are the user loops around it (outermost first); ``new_iteration``
