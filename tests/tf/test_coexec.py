@@ -86,3 +86,17 @@ def test_each_value_read_is_one_fetch_in_every_phase():
     assert [(s.phase, s.fetches) for s in terra.stats] == [
         ("tracing", 1), ("tracing", 1), ("coexec", 1), ("coexec", 1)
     ]
+
+
+def test_xla_compiled_segments_equal_eager():
+    from programs import numpy_on_loss
+
+    keras.utils.set_random_seed(0)
+    values, variables = numpy_on_loss(lambda it: it)
+    keras.utils.set_random_seed(0)
+    with contextlib.redirect_stdout(io.StringIO()), Terra(mode="coexec", xla=True) as terra:
+        values2, variables2 = numpy_on_loss(terra.loop)
+    assert "coexec" in [s.phase for s in terra.stats]
+    assert_same_values(values2, values)
+    for a, b in zip(variables2, variables):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
