@@ -72,6 +72,13 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
     def _rank(self) -> int:
         return self._shape_val.rank
 
+    def set_shape(self, shape) -> None:
+        """As for eager tensors: check compatibility, change nothing."""
+        if not self._shape_val.is_compatible_with(shape):
+            raise ValueError(
+                f"Tensor's shape {self._shape_val} is not compatible with supplied shape {shape}."
+            )
+
     def _copy(self, ctx=None, device_name=None):
         return self.real()._copy(ctx, device_name)
 

@@ -41,9 +41,13 @@ from .trace import TensorRef, Trace
 _EAGER = ops.EagerTensor
 _RESOURCE_ENUM = dtypes.resource.as_datatype_enum
 # Ops whose output shapes depend on input values: Python must see real outputs.
+# Ops Python must see real outputs of: output shapes that depend on input values, and iterators
+# (whose end, OutOfRange, Python must see where it happens).
 HOST_OPS = frozenset(
     {"Where", "Unique", "UniqueV2", "UniqueWithCounts", "UniqueWithCountsV2", "NonMaxSuppressionV3",
-     "NonMaxSuppressionV4", "NonMaxSuppressionV5", "DenseToSparseSetOperation", "Bincount"}
+     "NonMaxSuppressionV4", "NonMaxSuppressionV5", "DenseToSparseSetOperation", "Bincount",
+     "SegmentSum", "SegmentSumV2", "SegmentMean", "SegmentMax", "SegmentMin", "SegmentProd",
+     "IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional", "OptionalGetValue"}
 )
 def _static(x) -> list[int]:
     return x.shape.as_list()
@@ -173,6 +177,8 @@ class PythonRunner:
 
     def _answer(self, entry: Entry, op_name, args, attrs, flat: list, loc: int):
         node = entry.node
+        if any(type(x) is np.ndarray for x in flat):  # the graph reads it later: copy it now
+            flat = [x.copy() if type(x) is np.ndarray else x for x in flat]
         outs = [Placeholder(spec, self, node, k) for k, spec in enumerate(entry.outputs)]
         self._pending.append((entry, flat, outs))
         self.path.append(node)
@@ -183,7 +189,7 @@ class PythonRunner:
             self.flush()
         if entry.structure == "single":
             return outs[0]
-        return None if entry.structure == "none" else outs
+        return None if entry.structure == "none" else list(outs)  # the caller may change it
 
     def _trace_op(self, run, op_name, args, attrs, loc: int):
         real = capture.real_values(args)
@@ -293,7 +299,7 @@ class PythonRunner:
             item.done.wait()
             self._stalled(start)
             if item.error is not None:
-                raise item.error
+                self.graph.deliver(item.error)
             if self.lazy:
                 self._wait_idle()
         self.fetches += 1
@@ -350,7 +356,7 @@ def _light(args):
         if type(a) is Placeholder:
             a = TensorRef(a)
         elif type(a) in (list, tuple):
-            a = [TensorRef(x) if type(x) is Placeholder else x for x in a]
+            a = type(a)(TensorRef(x) if type(x) is Placeholder else x for x in a)
         out.append(a)
     return tuple(out)
 

@@ -26,7 +26,9 @@ class WorkItem:
     """One flush: run the segment ``key`` (built from ``entries`` on first use) on ``args``; put
     its returned values into the placeholders ``returns``."""
 
-    __slots__ = ("key", "entries", "args", "returns", "iteration", "phase", "done", "error")
+    __slots__ = (
+        "key", "entries", "args", "returns", "iteration", "phase", "done", "error", "generation"
+    )
 
     def __init__(self, key: tuple, entries: list, args: list, returns: list, iteration: int,
                  phase: str) -> None:
@@ -38,6 +40,7 @@ class WorkItem:
         self.phase = phase
         self.done = threading.Event()
         self.error: BaseException | None = None
+        self.generation = 0
 
 
 class GraphRunner:
@@ -47,7 +50,9 @@ class GraphRunner:
         self.handles = handles
         self.xla = xla
         self.spans: list[RunnerSpan] = []
-        self.error: BaseException | None = None
+        self.error: BaseException | None = None  # the last failure
+        self.generation = 0  # bumped when Python is told of a failure
+        self._failed_generation = -1
         self.compiled = 0
         self._cache: dict[tuple, Any] = {}
         self._segments: list[Segment] = []
@@ -59,13 +64,21 @@ class GraphRunner:
         """Queue ``item`` (blocks while the queue is full)."""
         if not self._thread.is_alive():
             raise TerraError("the GraphRunner has stopped; this Terra loop cannot continue")
+        item.generation = self.generation
         self._queue.put(item)
 
     def wait_idle(self) -> None:
-        """Block until every submitted item has run; raise the first failure, if any."""
+        """Block until every submitted item has run; raise a failure Python was not told of."""
         self._queue.join()
-        if self.error is not None:
-            raise self.error
+        if self.error is not None and self._failed_generation == self.generation:
+            self.deliver(self.error)
+
+    def deliver(self, error: BaseException) -> None:
+        """Raise ``error`` in Python. A failed op stops the work Python issued after it (as an
+        eager error would have); work issued once Python has seen the error runs again."""
+        if self._failed_generation == self.generation:
+            self.generation += 1
+        raise error
 
     @property
     def busy(self) -> bool:
@@ -97,12 +110,13 @@ class GraphRunner:
                 RunnerSpan("graph", "stall", item.iteration, item.phase, idle_since, start)
             )
             try:
-                if self.error is None:
-                    self._execute(item)
+                if item.generation == self._failed_generation:
+                    item.error = self.error  # issued after the failed op: never runs
                 else:
-                    item.error = self.error
+                    self._execute(item)
             except BaseException as error:  # kept and raised in the Python thread
                 self.error = item.error = error
+                self._failed_generation = item.generation
             finally:
                 idle_since = time.perf_counter()
                 self.spans.append(
@@ -133,6 +147,9 @@ class GraphRunner:
 def _argument(value: Any, dtype: str):
     if isinstance(value, Placeholder):
         if value.value is None:
+            item = value.item
+            if item is not None and item.error is not None:
+                raise item.error  # made by an op that failed
             raise TerraError(f"internal: the value of node {value.node} was not kept")
         return value.value
     if isinstance(value, tf.Tensor):

@@ -18,7 +18,7 @@ from tensorflow.python.framework import dtypes, op_def_registry, ops
 from tensorflow.python.framework.tensor_shape import TensorShape
 
 from .placeholder import Placeholder
-from .trace import Trace
+from .trace import TensorRef, Trace
 
 _EAGER = ops.EagerTensor
 _INT_ENUMS = {3, 9}  # DT_INT32, DT_INT64
@@ -26,10 +26,10 @@ _RESOURCE_ENUM = 20
 # Type attrs of inputs that hold shapes, axes, indices into shapes: their values decide shapes.
 _INDEX_ATTRS = {
     "Tidx", "Tshape", "Index", "Tpaddings", "Tmultiples", "Tperm", "Tdim", "index_type",
-    "Tblock_shape", "Tcrops", "Taxis", "Tlen", "Tsplits", "out_type",
+    "Tblock_shape", "Tcrops", "Taxis", "Tlen", "Tsplits", "out_type", "Tk", "Tnumsegments",
 }
 _SHAPE_INPUTS = {"RandomUniform": (0,), "RandomStandardNormal": (0,), "TruncatedNormal": (0,),
-                 "RandomUniformInt": (0,)}
+                 "RandomUniformInt": (0,), "ScatterNd": (2,)}
 _MAX_VALUES = 16
 
 
@@ -76,9 +76,11 @@ def input_sig(x: Any, shape_like: bool) -> tuple:
         if enum == _RESOURCE_ENUM:  # which variable decides the shapes of what is read
             return (enum, x._id)
         shape = x._shape_tuple()
-        if shape_like and enum in _INT_ENUMS and len(shape) <= 1:
+        if shape_like and enum in _INT_ENUMS and _size(shape) <= _MAX_VALUES:
             return (enum, shape, tuple(x._numpy_internal().ravel().tolist()))
         return (enum, shape)
+    if t is TensorRef:  # a placeholder in the iteration log: the same form as Placeholder.sig
+        return (x.dtype.as_datatype_enum, tuple(x.shape.as_list()))
     if t is int or t is bool:
         return (t, x) if shape_like else (t,)
     if t is float:
@@ -92,6 +94,13 @@ def input_sig(x: Any, shape_like: bool) -> tuple:
     if isinstance(x, np.generic):
         return (t, x.item()) if shape_like else (t,)
     return ("obj", t)
+
+
+def _size(shape: tuple) -> int:
+    size = 1
+    for d in shape:
+        size *= d
+    return size
 
 
 def _frozen(value: Any) -> Any:

@@ -1,0 +1,109 @@
+"""Programs found by review to break co-execution once; each now equals eager (regressions)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from terra_nb import Terra
+
+
+def both(body, setup, n=6):
+    """``body(i, *state)`` run n times plainly and under coexec, each from a fresh ``setup()``."""
+
+    def run(loop):
+        state = setup()
+        out = []
+        for i in loop(range(n)):
+            out.append(body(i, *state))
+        return out
+
+    plain = run(lambda it: it)
+    with Terra(mode="coexec") as terra:
+        co = run(terra.loop)
+    return plain, co, terra
+
+
+def variable():
+    return (tf.Variable([1.0, 2.0, 3.0]),)
+
+
+def test_changing_the_list_an_op_returned():
+    def body(i, v):
+        xs = tf.unstack(v * 1.0)
+        xs.reverse()
+        return [float(x) for x in xs]
+
+    plain, co, terra = both(body, variable)
+    assert co == plain and "coexec" in [s.phase for s in terra.stats]
+
+
+def test_numpy_buffer_reused_after_the_op():
+    def body(i, v, buf):
+        buf[:] = i
+        y = tf.subtract(v * 1.0, buf)  # the graph runs later: it must see the value at the call
+        buf[:] = 100.0
+        return float(y[0])
+
+    plain, co, _ = both(body, lambda: (tf.Variable([0.0]), np.zeros(1, np.float32)))
+    assert co == plain
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        lambda i, v: tf.boolean_mask(v, v > 1.5).numpy().tolist(),
+        lambda i, v: tf.image.resize(tf.reshape(v * 1.0, (1, 3, 1, 1)), (4, 4)).shape.as_list(),
+    ],
+    ids=["boolean_mask", "image_resize"],
+)
+def test_set_shape_on_placeholders(body):
+    plain, co, _ = both(body, variable)
+    assert co == plain
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        lambda i, v: tf.pad(v * 1.0, tf.constant([[0, i % 2]])).numpy().tolist(),
+        lambda i, v: tf.math.top_k(v * 1.0, k=1 + i % 2).values.numpy().tolist(),
+        lambda i, v: tf.math.unsorted_segment_sum(v * 1.0, [0, 1, 1], 2 + i % 2).numpy().tolist(),
+        lambda i, v: tf.scatter_nd([[0], [1], [1]], v * 1.0, [2 + i % 2]).numpy().tolist(),
+        lambda i, v: tf.math.segment_sum(v * 1.0, tf.constant([0, i % 2, 1])).numpy().tolist(),
+    ],
+    ids=["pad", "top_k", "unsorted_segment_sum", "scatter_nd", "segment_sum"],
+)
+def test_output_shapes_that_depend_on_values(body):
+    plain, co, _ = both(body, variable)
+    assert co == plain
+
+
+def test_runtime_error_in_the_graph_is_caught_and_the_loop_goes_on():
+    def body(i, v):
+        try:
+            return float(tf.gather(v * 1.0, i % 4))  # index 3 is out of range
+        except tf.errors.InvalidArgumentError:
+            return "caught"
+
+    plain, co, _ = both(body, variable, n=8)
+    assert co == plain and plain.count("caught") == 2
+
+
+def test_next_on_a_dataset_iterator_inside_the_loop():
+    def body(i, it):
+        try:
+            return next(it).numpy().tolist()
+        except StopIteration:
+            return "stop"
+
+    plain, co, _ = both(body, lambda: (iter(tf.data.Dataset.range(10).batch(3)),))
+    assert co == plain and plain[-1] == "stop"
+
+
+def test_tuple_shape_arguments_co_execute_without_fallbacks():
+    def body(i, v):
+        v.assign(tf.reshape(v * 0.5, (-1,)))
+        return float(v[0])
+
+    plain, co, terra = both(body, variable, n=8)
+    assert co == plain
+    assert not terra.explain() and [s.phase for s in terra.stats][-3:] == ["coexec"] * 3
