@@ -23,9 +23,10 @@ Run a training loop under terra-nb
     one-line summary follows the cell. Ctrl-C (interrupt the kernel) stops the loop; the
     variables are as eager execution left them at that point.
 
-    ``--mode``: ``trace`` (default for now) runs eagerly and builds the TraceGraph, ``eager``
-    is the untouched baseline, ``coexec``/``lazy`` need the co-execution engine. ``--viz`` shows
-    the live dashboard of ``terra_nb.views`` (text progress when it is not installed).
+    ``--mode``: ``coexec`` (the default) traces until an iteration is covered, then
+    co-executes; ``lazy`` runs the graph only when Python reads a value (the comparison point);
+    ``trace`` runs eagerly and builds the TraceGraph; ``eager`` is the untouched baseline.
+    ``--viz`` shows the live dashboard of ``terra_nb.views`` (text progress without it).
     ``--quiet`` shows neither progress nor summary. ``%%terra?`` lists the options.
 
 Inspect the last run

@@ -68,9 +68,20 @@ def compile_cell(
     filename = cell_filename(raw_body)
     text = f"%%terra {line}".rstrip() + "\n" + raw_body
     linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
-    plan = transform_cell("\n" + python_body, filename)
+    # IPython's transforms drop leading blank lines: put them back so lines match the cell.
+    lost = _leading_blank_lines(raw_body) - _leading_blank_lines(python_body)
+    plan = transform_cell("\n" * (1 + max(lost, 0)) + python_body, filename)
     code = compile(plan.module, filename, "exec", flags=flags, dont_inherit=True)
     return CompiledCell(code, plan, filename, (raw_body, *options.engine))
+
+
+def _leading_blank_lines(text: str) -> int:
+    count = 0
+    for line in text.splitlines():
+        if line.strip():
+            break
+        count += 1
+    return count
 
 
 class CellRunner:

@@ -35,7 +35,7 @@ class TerraMagics(Magics, Configurable):
 
     default_mode = CaselessStrEnum(MODES, "coexec", help="mode without --mode").tag(config=True)
     viz = Bool(False, help="live view by default (--viz / --no-viz)").tag(config=True)
-    max_fallbacks = Int(5, min=0, help="--max-fallbacks default").tag(config=True)
+    max_fallbacks = Int(5, min=1, help="--max-fallbacks default").tag(config=True)
     quiet = Bool(False, help="no progress line or summary by default").tag(config=True)
     progress_interval = Float(0.5, min=0.0, help="seconds between progress updates").tag(
         config=True
@@ -77,8 +77,8 @@ class TerraMagics(Magics, Configurable):
 
     def _options(self, args: argparse.Namespace) -> CellOptions:
         fallbacks = self.max_fallbacks if args.max_fallbacks is None else args.max_fallbacks
-        if fallbacks < 0:
-            raise UsageError(f"--max-fallbacks must be >= 0, got {fallbacks}")
+        if fallbacks < 1:
+            raise UsageError(f"--max-fallbacks must be >= 1, got {fallbacks}")
         self.runner.cache_size = self.cache_size
         return CellOptions(
             mode=args.mode or self.default_mode.lower(),

@@ -10,6 +10,7 @@ Equal segments share one compiled function. Each op is lowered by a rule of ``lo
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -74,7 +75,10 @@ def _op_def_rule(op: SegmentOp, inputs: list) -> list:
     kwargs = _group_inputs(op_def, attrs, inputs)
     inferred = _inferred(op.op_type, op_def)
     kwargs.update({k: v for k, v in attrs.items() if k not in inferred})
-    _, _, graph_op, _ = op_def_library._apply_op_helper(op.op_type, **kwargs)
+    # The name lets an error raised by the op be traced back to its node (and source line).
+    _, _, graph_op, _ = op_def_library._apply_op_helper(
+        op.op_type, name=f"terra_node_{op.node}", **kwargs
+    )
     return list(graph_op.outputs)
 
 
@@ -114,11 +118,21 @@ def lower(op: SegmentOp, inputs: list) -> list:
     return lowering_rules.get(op.op_type, _op_def_rule)(op, inputs)
 
 
+def _unread(segment: Segment) -> list[int]:
+    """Positions of ops with outputs that no later op reads and the segment does not return."""
+    read = {a for op in segment.ops for kind, a, _ in op.inputs if kind == "op"}
+    read.update(p for p, _ in segment.returns)
+    return [p for p, op in enumerate(segment.ops) if op.n_outputs and p not in read]
+
+
 def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False):
     """The concrete function that runs ``segment``; ``handles`` maps variable keys to handles."""
 
     def body(*args):
+        graph = tf.compat.v1.get_default_graph()
         env: list[list] = []
+        since_effect: list = []  # graph ops built since the last op with side effects
+
         for op in segment.ops:
             inputs = []
             for kind, a, b in op.inputs:
@@ -128,11 +142,20 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
                     inputs.append(args[a])
                 else:
                     inputs.append(handles[a])
-            outputs = lower(op, inputs)
+            # As in eager, an op with side effects runs only if every op Python issued before
+            # it succeeded (tf.function itself orders only side-effecting ops among themselves).
+            effect = op_def_registry.get(op.op_type).is_stateful
+            before = len(graph.get_operations())
+            with tf.control_dependencies(since_effect) if effect else contextlib.nullcontext():
+                outputs = lower(op, inputs)
+            built = graph.get_operations()[before:]
+            since_effect = list(built) if effect else since_effect + built
             if len(outputs) != op.n_outputs:
                 raise TerraError(f"lowering {op.op_type} gave {len(outputs)} outputs")
             env.append(outputs)
-        return [env[p][k] for p, k in segment.returns]
+        # An op whose value nobody reads still runs in eager, and may fail there: return one
+        # output of each such op too, or the function would prune it.
+        return [env[p][k] for p, k in segment.returns] + [env[p][0] for p in _unread(segment)]
 
     specs = [tf.TensorSpec(shape, dtype) for dtype, shape in segment.args]
     function = tf.function(body, autograph=False, jit_compile=xla or None, reduce_retracing=False)

@@ -13,7 +13,6 @@ import warnings
 from dataclasses import dataclass, field
 
 from . import capture
-from .errors import TerraError
 from .location import LocationTable
 from .merge import GraphBuilder
 from .python_runner import PythonRunner, SignatureIndex
@@ -110,12 +109,10 @@ class CoexecEngine:
 
     window = 20
 
-    def __init__(self, learned: Learned, *, lazy: bool, xla: bool, max_fallbacks: int,
-                 strict: bool) -> None:
+    def __init__(self, learned: Learned, *, lazy: bool, xla: bool, max_fallbacks: int) -> None:
         self.learned = learned
         self.runner = PythonRunner(learned.locations, learned.index, lazy=lazy, xla=xla)
         self.max_fallbacks = max_fallbacks
-        self.strict = strict
         self.ready = bool(learned.index.entries) and learned.builder.traces > 0
         self.gave_up = False
         self._fallback_iterations: list[int] = []
@@ -166,12 +163,6 @@ class CoexecEngine:
         return self.runner.log.signatures
 
     def _count_fallback(self) -> None:
-        if self.strict:
-            reason, op_type, where = self.runner.divergence
-            raise TerraError(
-                f"--strict: iteration {self._iteration} fell back to tracing ({reason} at "
-                f"{op_type}, {where}); run without strict mode to let terra-nb adapt"
-            )
         self._fallback_iterations.append(self._iteration)
         recent = [i for i in self._fallback_iterations if i > self._iteration - self.window]
         if len(recent) >= self.max_fallbacks and not self.gave_up:
@@ -180,7 +171,7 @@ class CoexecEngine:
                 f"terra-nb: {len(recent)} fallbacks in the last {self.window} iterations; "
                 f"staying in tracing for the rest of this loop; `terra.explain()` says why.",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=5,
             )
 
     def close(self) -> None:

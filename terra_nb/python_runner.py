@@ -75,7 +75,9 @@ class PythonRunner:
         self.chunk_ops = 1 << 30 if lazy else chunk_ops
         self.log = TraceRecorder(locations)
         self.handles: dict[int, Any] = {}
-        self.graph = GraphRunner(self.handles, xla=xla)
+        self.graph = GraphRunner(
+            self.handles, xla=xla, describe=lambda node: index.node_locations.get(node, "?")
+        )
         self.state = "tracing"
         self.iteration = 0
         self.stall = 0.0
@@ -271,12 +273,15 @@ class PythonRunner:
                 elif type(x) is _EAGER and x._datatype_enum() == _RESOURCE_ENUM:
                     self.handles[x._id] = x
                     wiring.append(("var", x._id, 0))
-                else:
+                elif type(x) is Placeholder or type(x) is _EAGER:  # one argument per tensor
                     index = arg_of.get(id(x))
                     if index is None:
                         index = arg_of[id(x)] = len(args)
                         args.append(x)
                     wiring.append(("arg", index, 0))
+                else:  # a Python value: its dtype is this input's (the same 1 may be int or float)
+                    wiring.append(("arg", len(args), 0))
+                    args.append(x)
             ops_key.append((entry.uid, tuple(wiring)))
             entries.append(entry)
             for k, ph in enumerate(op_outs):

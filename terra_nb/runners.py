@@ -10,6 +10,7 @@ synchronisation point (a fetch, a flush that waits, the end of the loop).
 from __future__ import annotations
 
 import queue
+import re
 import threading
 import time
 from typing import Any
@@ -46,8 +47,11 @@ class WorkItem:
 class GraphRunner:
     """Executes work items in submission order on a background thread."""
 
-    def __init__(self, handles: dict[int, Any], *, xla: bool = False, max_ahead: int = 8) -> None:
+    def __init__(self, handles: dict[int, Any], *, xla: bool = False, max_ahead: int = 8,
+                 describe=lambda node: "") -> None:
+        """``describe(node)`` names a TraceGraph node's source line for error messages."""
         self.handles = handles
+        self.describe = describe
         self.xla = xla
         self.spans: list[RunnerSpan] = []
         self.error: BaseException | None = None  # the last failure
@@ -78,6 +82,14 @@ class GraphRunner:
         eager error would have); work issued once Python has seen the error runs again."""
         if self._failed_generation == self.generation:
             self.generation += 1
+        if not getattr(error, "_terra_noted", False):
+            error._terra_noted = True
+            nodes = [int(n) for n in re.findall(r"terra_node_(\d+)", str(error))]
+            where = f" by the op at {self.describe(nodes[0])}" if nodes else ""
+            error.add_note(
+                f"terra-nb: raised{where} when the GraphRunner ran it; Python had already gone "
+                f"on to the line where this surfaced (the next read of a value)."
+            )
         raise error
 
     @property

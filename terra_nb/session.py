@@ -24,7 +24,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .errors import TerraUsageError
+from .errors import TerraError, TerraUsageError
 from .phases import CoexecEngine, EagerEngine, IterationResult, Learned, TraceEngine
 from .timeline import RunnerSpan
 from .tracegraph import TraceGraph
@@ -135,7 +135,7 @@ class Terra:
         if self.mode == "trace":
             return TraceEngine(self.learned)
         return CoexecEngine(self.learned, lazy=self.mode == "lazy", xla=self.xla,
-                            max_fallbacks=self.max_fallbacks, strict=self.strict)
+                            max_fallbacks=self.max_fallbacks)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
@@ -196,14 +196,19 @@ class Terra:
     def _end(self, ended: str) -> None:
         if self._iteration is None:
             return  # already ended by the context's exit
-        t_end = time.perf_counter()
         with self._engine.critical():  # a Ctrl-C now is raised once the iteration is recorded
             try:
                 self._iteration.close()
                 result = self._engine.end()
             finally:
                 self._iteration = None
-            self._record(result, t_end, ended)
+            self._record(result, time.perf_counter(), ended)
+        if self.strict and result.fallback is not None:
+            reason, op_type, where = result.fallback
+            raise TerraError(
+                f"strict mode: iteration {len(self._stats) - 1} fell back to tracing ({reason} "
+                f"at {op_type}, {where}); run without strict mode to let terra-nb adapt"
+            )
 
     def _record(self, result: IterationResult, t_end: float, ended: str) -> None:
         index = len(self._stats)

@@ -157,6 +157,7 @@ class SignatureIndex:
 
     def __init__(self) -> None:
         self.entries: dict[tuple, Entry | str] = {}
+        self.node_locations: dict[int, str] = {}  # TraceGraph node -> file:line
         self._sites: dict[tuple, list[tuple]] = {}  # (op name, loc) -> signatures, for explain
 
     def learn(self, trace: Trace, signatures, mapping: dict[int, int]) -> None:
@@ -176,6 +177,7 @@ class SignatureIndex:
                 self._sites.setdefault(sig[:2], []).append(sig)
             if fast_sig is not None:
                 self.entries.setdefault(fast_sig, FAST_FALLBACK)
+            self.node_locations.setdefault(mapping[op.index], op.location)
 
     def why_unknown(self, sig: tuple) -> str:
         """A short reason why ``sig`` is not in the index."""
@@ -184,6 +186,9 @@ class SignatureIndex:
             return "new op or new program location"
         if all(k[2] != sig[2] for k in known):
             return "new attributes"
+        reads_variable = any(s[0] == _RESOURCE_ENUM for s in sig[3] if type(s) is tuple and s)
+        if reads_variable and all(k[3] != sig[3] for k in known):
+            return "a different variable, or a new input shape or dtype"
         if all(len(k[3]) != len(sig[3]) or k[3] != sig[3] for k in known):
             return "new input shape, dtype or shape-defining value"
         return "new call"

@@ -185,3 +185,14 @@ def test_existing_dunder_terra_name_is_restored(ip):
     ip.user_ns["__terra__"] = "mine"
     assert ip.run_cell("%%terra\nfor i in range(2):\n    pass\n").success
     assert ip.user_ns["__terra__"] == "mine"
+
+
+def test_leading_blank_lines_keep_traceback_lines(ip):
+    """IPython drops a cell's leading blank lines; tracebacks still point at the right line."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        result = ip.run_cell("%%terra --quiet\n\nx = 1\n1/0\n")
+    assert isinstance(result.error_in_exec, ZeroDivisionError)
+    arrows = [line for line in captured.stdout.splitlines() if "----> 4" in line]
+    assert arrows and "1/0" in arrows[-1]

@@ -49,7 +49,7 @@ def test_engine_flags_reach_the_engine(ip):
         ("--bogus", "unrecognized arguments: --bogus"),
         ("--mode fast", "invalid choice: 'fast'"),
         ("--max-fallbacks many", "invalid int value"),
-        ("--max-fallbacks -1", "must be >= 0"),
+        ("--max-fallbacks 0", "must be >= 1"),
         ("extra words", "unrecognized arguments"),
     ],
 )

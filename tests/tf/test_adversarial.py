@@ -107,3 +107,44 @@ def test_tuple_shape_arguments_co_execute_without_fallbacks():
     plain, co, terra = both(body, variable, n=8)
     assert co == plain
     assert not terra.explain() and [s.phase for s in terra.stats][-3:] == ["coexec"] * 3
+
+
+def test_one_python_number_fed_to_inputs_of_two_dtypes():
+    def body(i, v):
+        s = tf.reduce_sum(tf.reshape(v * 1.0, (1, 3)), axis=1)  # 1 as an int32 axis
+        return float(tf.reduce_mean(s) ** 1)  # and 1 as a float32 exponent
+
+    plain, co, terra = both(body, variable)
+    assert co == plain and "coexec" in [s.phase for s in terra.stats]
+
+
+def test_a_failing_op_stops_the_side_effects_issued_after_it():
+    """The error surfaces later under coexec (at the next value read, here the loop's end), but
+    no variable update issued after the failing op takes effect, as in eager."""
+
+    def run(mode):
+        v, params = tf.Variable([1.0]), tf.range(6.0)
+        with pytest.raises(tf.errors.InvalidArgumentError), Terra(mode=mode) as terra:
+            for i in terra.loop(range(10)):
+                idx = tf.cast(tf.reduce_sum(v) * 0 + i, tf.int32) * 2  # bad from i == 3
+                tf.gather(params, idx)
+                v.assign_add(tf.ones_like(v))
+        return float(v[0]), [s.phase for s in terra.stats]
+
+    (plain, _), (co, phases) = run("eager"), run("coexec")
+    assert co == plain == 4.0 and "coexec" in phases
+
+
+def test_strict_mode_records_the_fallback_then_raises():
+    from terra_nb import TerraError
+
+    v = tf.Variable(1.0)
+    strict = pytest.raises(TerraError, match="strict mode: iteration 5 fell back")
+    with strict, Terra(mode="coexec", strict=True) as terra:
+        for i in terra.loop(range(8)):
+            v.assign(v * 1.5)
+            if i >= 5:
+                v.assign_add(1.0)
+    assert len(terra.stats) == 6 and terra.stats[5].phase == "fallback"
+    assert terra.explain()[0].iteration == 5
+    assert all(s.python_exec >= 0 for s in terra.stats)
