@@ -86,9 +86,6 @@ class TraceEngine(EagerEngine):
         return IterationResult("tracing", len(trace.ops), trace.feeds, trace.fetches, covered,
                                path=_path(self.learned))
 
-    def close(self) -> None:
-        pass
-
 
 def _path(learned: Learned) -> tuple[int, ...]:
     mapping = learned.builder.last_mapping
@@ -149,7 +146,7 @@ class CoexecEngine:
         if trace is None:
             return IterationResult("coexec", runner.ops, None, runner.fetches, True, stalls,
                                    path=tuple(runner.path))
-        covered = _merge(self.learned, trace, self.log_signatures())
+        covered = _merge(self.learned, trace, runner.log.signatures)
         fell_back = runner.divergence is not None
         self.ready = covered or fell_back and self.ready
         result = IterationResult("fallback" if fell_back else "tracing", len(trace.ops),
@@ -158,9 +155,6 @@ class CoexecEngine:
         if fell_back:
             self._count_fallback()
         return result
-
-    def log_signatures(self):
-        return self.runner.log.signatures
 
     def _count_fallback(self) -> None:
         self._fallback_iterations.append(self._iteration)
