@@ -50,8 +50,8 @@ def show_graph(graph: Any) -> None:
         try:
             views.show_graph(graph)
             return
-        except ImportError:
-            pass  # no widget library: the text form is the view
+        except ImportError:  # no widget library: the text form below is the view
+            views = None
         except Exception as error:
             _warn("the graph view", error)
     print(repr(graph))
