@@ -96,17 +96,16 @@ def _converts_objects(op_name, args) -> bool:
     n = _n_inputs.get(op_name)
     if n is None:
         n = _n_inputs[op_name] = op_info(op_name).n_inputs
-    for x in args[:n]:
-        t = type(x)
-        if t in _PLAIN:
-            continue
-        if t is list or t is tuple:
-            if all(_plain(e) for e in x):
-                continue
-            return True
-        if not isinstance(x, np.generic):
+    for x in args[:n]:  # noqa: SIM110 (any() over a generator is slower on this hot path)
+        if type(x) not in _PLAIN and _converted(x):  # most inputs stop at the first test
             return True
     return False
+
+
+def _converted(x) -> bool:
+    if type(x) is list or type(x) is tuple:
+        return not all(_plain(e) for e in x)
+    return not isinstance(x, np.generic)
 
 
 def _outside_iteration() -> None:
