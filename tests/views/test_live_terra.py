@@ -38,3 +38,19 @@ def test_dashboard_follows_a_traced_loop():
     assert "terra-case" in svg and "terra-fetch" in svg
     html = StaticGraph(terra.graph)._repr_html_().replace("&#45;", "-")
     assert 'class="cluster terra-loop"' in html
+
+
+def test_dashboard_follows_a_co_executed_loop():
+    """Under coexec the dashboard gets GraphRunner spans and the current path from last_path."""
+    w = tf.Variable(tf.ones((3, 3)))
+    with terra_nb.Terra(mode="coexec") as terra:
+        dash = Dashboard(interval=0.0).attach(terra)
+        for _ in terra.loop(range(6)):
+            w.assign(tf.matmul(w, w) / 3.0)
+            float(tf.reduce_sum(w))
+    dash.finish()
+    counters = json.loads(dash.counters)
+    assert counters["phase"] == "coexec" and counters["iteration"] == 5
+    assert terra.last_path and set(terra.last_path) <= {n.id for n in terra.graph.nodes}
+    assert {s.runner for s in terra.spans} == {"python", "graph"}
+    assert 'data-iterations="6"' in dash.timeline_svg
