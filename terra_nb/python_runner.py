@@ -101,7 +101,8 @@ class PythonRunner:
         self.path: list[int] = []  # nodes answered with placeholders this iteration
 
     def take_stall_spans(self) -> list[RunnerSpan]:
-        """This iteration's PythonRunner stalls (waiting for the graph), and clear them."""
+        """This iteration's PythonRunner stalls (waiting for the graph) and feed/fetch moments,
+        and clear them."""
         spans, self._stall_spans = self._stall_spans, []
         return spans
 
@@ -254,6 +255,8 @@ class PythonRunner:
             self._kept.append(weakref.ref(ph))
         if len(self._kept) > 4096:
             self._kept = [ref for ref in self._kept if ref() is not None]
+        if any(type(a) is not Placeholder for a in args):
+            self._moment("feed")  # values from Python enter the graph with this segment
         start = time.perf_counter()
         self.graph.submit(item)
         if self.lazy:
@@ -308,8 +311,15 @@ class PythonRunner:
             if self.lazy:
                 self._wait_idle()
         self.fetches += 1
+        self._moment("fetch")
         self.log.on_fetch(TensorRef(placeholder))
         return placeholder.value
+
+    def _moment(self, kind: str) -> None:
+        """A feed or fetch moment on the PythonRunner's lane of the timeline."""
+        now = time.perf_counter()
+        phase = "coexec" if self.state == "coexec" else "fallback"
+        self._stall_spans.append(RunnerSpan("python", kind, self.iteration, phase, now, now))
 
     def _position(self, placeholder: Placeholder) -> int:
         for position, (_, _, outs) in enumerate(self._pending):

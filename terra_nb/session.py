@@ -212,7 +212,7 @@ class Terra:
 
     def _record(self, result: IterationResult, t_end: float, ended: str) -> None:
         index = len(self._stats)
-        stall = sum(s.duration for s in result.stalls)
+        stall = sum(s.duration for s in result.stalls if s.kind == "stall")
         self._spans.extend(_exec_spans(index, result.phase, self._t_start, t_end, result.stalls))
         if result.fallback is not None:
             self._fallbacks.append(Fallback(index, *result.fallback))
@@ -272,9 +272,11 @@ class Terra:
 
 
 def _exec_spans(iteration: int, phase: str, start: float, end: float, stalls) -> list[RunnerSpan]:
-    """The PythonRunner's exec spans are the gaps between its stalls; stalls are kept too."""
-    spans, cursor = [], start
-    for stall in sorted(stalls, key=lambda s: s.t_start):
+    """The PythonRunner's exec spans are the gaps between its stalls; stalls and feed/fetch
+    moments are kept too."""
+    spans = [s for s in stalls if s.kind != "stall"]
+    cursor = start
+    for stall in sorted((s for s in stalls if s.kind == "stall"), key=lambda s: s.t_start):
         if stall.t_start > cursor:
             spans.append(RunnerSpan("python", "exec", iteration, phase, cursor, stall.t_start))
         spans.append(stall)

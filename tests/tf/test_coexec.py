@@ -86,6 +86,8 @@ def test_each_value_read_is_one_fetch_in_every_phase():
     assert [(s.phase, s.fetches) for s in terra.stats] == [
         ("tracing", 1), ("tracing", 1), ("coexec", 1), ("coexec", 1)
     ]
+    moments = [s.iteration for s in terra.spans if s.kind == "fetch"]
+    assert moments == [2, 3]  # each co-executed read is a fetch moment on the timeline
 
 
 def test_xla_compiled_segments_equal_eager():
