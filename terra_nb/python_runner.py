@@ -34,7 +34,14 @@ from .location import LocationTable
 from .placeholder import Placeholder
 from .recorder import TraceRecorder
 from .runners import GraphRunner, WorkItem
-from .signature import FAST_FALLBACK, Entry, SignatureIndex, call_signature, op_info
+from .signature import (
+    FAST_FALLBACK,
+    Entry,
+    SignatureIndex,
+    call_signature,
+    op_info,
+    op_type_of,
+)
 from .timeline import RunnerSpan
 from .trace import TensorRef, Trace
 
@@ -148,7 +155,7 @@ class PythonRunner:
         loc = self.locations.locate(frame)
         if self.state != "coexec":
             return self._trace_op(run, op_name, args, attrs, loc)
-        op_type = op_name.decode() if isinstance(op_name, bytes) else op_name
+        op_type = op_type_of(op_name)
         info = op_info(op_type)
         inputs = args if attrs is not None else args[: info.n_inputs]
         flat = _flat(inputs)
@@ -199,7 +206,7 @@ class PythonRunner:
         try:
             outputs = run(real)
         except _FallbackException:
-            self.log._attempt = (op_name, _light(args), loc)
+            self.log.attempted(op_name, _light(args), loc)
             raise
         self.log.record(op_name, _light(args), attrs, outputs, loc)
         return outputs
@@ -221,7 +228,7 @@ class PythonRunner:
         location = self.locations.locations[loc]
         file, line, _ = location.user_frames[-1] if location.user_frames else ("", 0, "")
         source = linecache.getline(file, line).strip() if file else ""
-        op_type = op_name.decode() if isinstance(op_name, bytes) else op_name
+        op_type = op_type_of(op_name)
         self.divergence = (self.index.why_unknown(sig), op_type, f"{location.text}  {source}")
         self.flush()
         self._wait_idle()

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from .attrs import complete_attrs, input_dtypes, is_tensor, split_call
 from .location import LocationTable
-from .signature import call_signature
+from .signature import call_signature, op_type_of
 from .trace import Source, TensorSpec, Trace, TraceOp
 
 _RESOURCE = tf.resource
@@ -40,6 +40,7 @@ class TraceRecorder:
     # -- hot path ---------------------------------------------------------------------------
 
     def on_op(self, op_name, args, attrs, outputs, frame) -> None:
+        # ``record`` inlined: this runs for every op while tracing.
         loc = self.locations.locate(frame)
         attempt = self._attempt
         if attempt is not None:
@@ -53,7 +54,11 @@ class TraceRecorder:
 
     def on_fast_fallback(self, op_name, args, frame) -> None:
         """The fast path refused the call; the same op comes next through the slow path."""
-        self._attempt = (op_name, args, self.locations.locate(frame))
+        self.attempted(op_name, args, self.locations.locate(frame))
+
+    def attempted(self, op_name, args, loc: int) -> None:
+        """Log a fast-path call that was refused; it is attached to the next recorded op."""
+        self._attempt = (op_name, args, loc)
 
     def on_fetch(self, tensor) -> None:
         self._fetched.append(tensor)
@@ -84,7 +89,7 @@ class TraceRecorder:
         prev_loc = None
         self.signatures = []
         for index, (op_name, args, raw_attrs, outputs, loc, attempt) in enumerate(self._raw):
-            op_type = op_name.decode() if isinstance(op_name, bytes) else op_name
+            op_type = op_type_of(op_name)
             self.signatures.append(
                 (
                     call_signature(op_name, args, raw_attrs, loc),

@@ -59,6 +59,11 @@ class OpInfo:
 _infos: dict[str, OpInfo] = {}
 
 
+def op_type_of(op_name) -> str:
+    """The op type of a hook call: the slow path may pass it as bytes."""
+    return op_name.decode() if type(op_name) is bytes else op_name
+
+
 def op_info(op_type: str) -> OpInfo:
     info = _infos.get(op_type)
     if info is None:
@@ -123,7 +128,7 @@ def _attr_key(values: tuple) -> tuple:
 
 def call_signature(op_name: Any, args: Any, attrs: tuple | None, loc: int) -> tuple:
     """The signature of a call as the hook sees it (fast path: ``attrs`` is None)."""
-    info = op_info(op_name.decode() if type(op_name) is bytes else op_name)
+    info = op_info(op_type_of(op_name))
     if attrs is None:
         n = info.n_inputs
         ins = tuple([input_sig(x, s) for x, s in zip(args[:n], info.shape_like)])
