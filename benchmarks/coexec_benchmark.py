@@ -6,6 +6,11 @@ For every loop: iterations/s after warm-up for each mode, the ratios against eag
 per-iteration breakdown of co-execution (paper Figure 6): PythonRunner exec/stall and GraphRunner
 exec/stall in ms. ``tf.function`` wraps one step; where the step holds Python that tf.function
 cannot run, the column says why.
+
+The second table is the CPU budget: process CPU ms per iteration of each mode, and the best
+co-execution/tf.function ratio this machine allows. Co-execution still runs the Python of every
+step (a lazy iteration's Python exec time, P) on the cores the graph uses, so on C cores it needs
+at least (tf.function CPU + P) / C ms per iteration: ``bound`` = tf.function ms / that.
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ def make_rnn():
 
 
 LOOPS = {
+    "mlp-xl": make_mlp(2048, 1024, python_in_step=False),
     "mlp-large": make_mlp(1024, 512, python_in_step=False),
     "mlp-python": make_mlp(256, 128, python_in_step=True),
     "mlp-small": make_mlp(32, 16, python_in_step=False),
@@ -101,40 +107,54 @@ def items(data, n):
     return [data[i % len(data)] for i in range(n)]
 
 
-def time_plain(body, data, warmup, n) -> float:
+class Clock:
+    """Wall and process CPU time from ``start()`` to ``stop(n)``: (iterations/s, CPU ms/it)."""
+
+    def start(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def stop(self, n: int) -> tuple[float, float]:
+        wall, cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+        return n / wall, 1e3 * cpu / n
+
+
+def time_plain(body, data, warmup, n) -> tuple[float, float]:
     for item in items(data, warmup):
         body(item)
-    start = time.perf_counter()
+    clock = Clock()
+    clock.start()
     for item in items(data, n):
         body(item)
-    return n / (time.perf_counter() - start)
+    return clock.stop(n)
 
 
-def time_function(step, data, warmup, n) -> float | str:
+def time_function(step, data, warmup, n) -> tuple[float, float] | str:
     fn = tf.function(step)
     try:
         for item in items(data, warmup):
             float(fn(*item) if isinstance(item, tuple) else fn(item))
     except Exception as error:  # what tf.function cannot run
         return f"fails: {type(error).__name__}"
-    start = time.perf_counter()
+    clock = Clock()
+    clock.start()
     for item in items(data, n):
         float(fn(*item) if isinstance(item, tuple) else fn(item))
-    return n / (time.perf_counter() - start)
+    return clock.stop(n)
 
 
 def time_terra(body, data, warmup, n, mode):
+    clock = Clock()
     with Terra(mode=mode) as terra:
-        for item in terra.loop(items(data, warmup + n)):
+        for i, item in enumerate(terra.loop(items(data, warmup + n))):
+            if i == warmup:
+                clock.start()
             body(item)
-    end = time.perf_counter()
-    stats = terra.stats
-    rate = n / (end - stats[warmup].t_start)
-    steady = stats[warmup:]
+    rate, cpu = clock.stop(n)
+    steady = terra.stats[warmup:]
     ms = {key: 1e3 * sum(getattr(s, key) for s in steady) / len(steady)
           for key in ("python_exec", "python_stall", "graph_exec", "graph_stall")}
     phases = {p: sum(s.phase == p for s in steady) for p in ("coexec", "fallback", "tracing")}
-    return rate, ms, phases
+    return rate, cpu, ms, phases
 
 
 def main() -> None:
@@ -146,23 +166,40 @@ def main() -> None:
     print(f"{'loop':<11} {'eager it/s':>10} {'tf.function':>16} {'lazy':>8} {'coexec':>8} "
           f"{'co/eager':>8} {'co/tf.f':>7} {'co/lazy':>7}   coexec ms/it: py exec, py stall, "
           f"graph exec, graph stall")
+    budgets = []
     for name, build in LOOPS.items():
         if args.only and name != args.only:
             continue
-        data, body, step = build()
-        eager = time_plain(body, data, args.warmup, args.iterations)
-        data, body, step = build()
-        function = time_function(step, data, args.warmup, args.iterations)
-        data, body, step = build()
-        lazy, _, _ = time_terra(body, data, args.warmup, args.iterations, "lazy")
-        data, body, step = build()
-        coexec, ms, phases = time_terra(body, data, args.warmup, args.iterations, "coexec")
+        run = {}
+        for mode in ("eager", "tf.function", "lazy", "coexec"):
+            data, body, step = build()
+            if mode == "eager":
+                run[mode] = time_plain(body, data, args.warmup, args.iterations)
+            elif mode == "tf.function":
+                run[mode] = time_function(step, data, args.warmup, args.iterations)
+            else:
+                run[mode] = time_terra(body, data, args.warmup, args.iterations, mode)
+        eager, function, lazy, coexec = (run[m][0] if not isinstance(run[m], str) else run[m]
+                                         for m in run)
+        ms, phases = run["coexec"][2], run["coexec"][3]
         f_text = f"{function:16.1f}" if isinstance(function, float) else f"{function:>16}"
         vs_f = f"{coexec / function:7.2f}" if isinstance(function, float) else f"{'-':>7}"
         print(f"{name:<11} {eager:10.1f} {f_text} {lazy:8.1f} {coexec:8.1f} "
               f"{coexec / eager:8.2f} {vs_f} {coexec / lazy:7.2f}   "
               f"{ms['python_exec']:.2f}, {ms['python_stall']:.2f}, {ms['graph_exec']:.2f}, "
               f"{ms['graph_stall']:.2f}  {phases}")
+        budgets.append((name, run))
+    print(f"\nCPU ms/it ({os.cpu_count()} cores)  eager  tf.function  lazy  coexec   lazy py exec"
+          f"   bound co/tf.f")
+    for name, run in budgets:
+        cpu = {m: (run[m][1] if not isinstance(run[m], str) else None) for m in run}
+        python = run["lazy"][2]["python_exec"]
+        text = " ".join(f"{cpu[m]:>11.1f}" if cpu[m] is not None else f"{'-':>11}" for m in run)
+        bound = "-"
+        if cpu["tf.function"] is not None:
+            wall = 1e3 / run["tf.function"][0]
+            bound = f"{min(1.0, wall / ((cpu['tf.function'] + python) / os.cpu_count())):.2f}"
+        print(f"{name:<11} {text} {python:14.1f} {bound:>17}")
 
 
 if __name__ == "__main__":

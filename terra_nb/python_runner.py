@@ -95,6 +95,8 @@ class PythonRunner:
         self._pending: list[tuple[Entry, list, list[Placeholder]]] = []
         self._kept: list[weakref.ref] = []  # placeholders whose values left the graph
         self.interrupts = DeferredInterrupts()
+        # lazy mode is LazyTensor: nothing runs before Python asks for it
+        self._prefetch: set[int] = set() if lazy else index.fetched_nodes
 
     # -- iterations -------------------------------------------------------------------------
 
@@ -181,7 +183,8 @@ class PythonRunner:
         self.log.on_fetch(tensor)
 
     def on_fast_fallback(self, op_name, args, frame) -> None:
-        self.log.on_fast_fallback(op_name, args, frame)
+        # light: a placeholder the log held would look alive, and its value would leave the graph
+        self.log.on_fast_fallback(op_name, _light(args), frame)
 
     # -- answering with placeholders --------------------------------------------------------
 
@@ -195,8 +198,8 @@ class PythonRunner:
         self.log.record(op_name, _light(args), attrs, [TensorRef(o) for o in outs], loc)
         if record.could_possibly_record():
             execute.record_gradient(entry.op_type, _tensors(flat, entry), entry.flat_attrs, outs)
-        if len(self._pending) >= self.chunk_ops:
-            self.flush()
+        if len(self._pending) >= self.chunk_ops or node in self._prefetch:
+            self.flush()  # a value Python read before: the graph computes it while Python goes on
         if entry.structure == "single":
             return outs[0]
         return None if entry.structure == "none" else list(outs)  # the caller may change it
@@ -318,6 +321,7 @@ class PythonRunner:
             if self.lazy:
                 self._wait_idle()
         self.fetches += 1
+        self._prefetch.add(placeholder.node)
         self._moment("fetch")
         self.log.on_fetch(TensorRef(placeholder))
         return placeholder.value

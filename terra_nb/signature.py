@@ -163,6 +163,9 @@ class SignatureIndex:
     def __init__(self) -> None:
         self.entries: dict[tuple, Entry | str] = {}
         self.node_locations: dict[int, str] = {}  # TraceGraph node -> file:line
+        # Nodes whose values Python read in some iteration: co-execution hands the graph the ops
+        # up to such a node as soon as it is issued, so the value is ready when Python asks.
+        self.fetched_nodes: set[int] = set()
         self._sites: dict[tuple, list[tuple]] = {}  # (op name, loc) -> signatures, for explain
 
     def learn(self, trace: Trace, signatures, mapping: dict[int, int]) -> None:
@@ -183,6 +186,8 @@ class SignatureIndex:
             if fast_sig is not None:
                 self.entries.setdefault(fast_sig, FAST_FALLBACK)
             self.node_locations.setdefault(mapping[op.index], op.location)
+            if op.fetched:
+                self.fetched_nodes.add(mapping[op.index])
 
     def why_unknown(self, sig: tuple) -> str:
         """A short reason why ``sig`` is not in the index."""
