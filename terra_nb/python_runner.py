@@ -321,7 +321,8 @@ class PythonRunner:
             if self.lazy:
                 self._wait_idle()
         self.fetches += 1
-        self._prefetch.add(placeholder.node)
+        if not self.lazy:
+            self._prefetch.add(placeholder.node)
         self._moment("fetch")
         self.log.on_fetch(TensorRef(placeholder))
         return placeholder.value

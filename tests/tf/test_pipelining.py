@@ -1,0 +1,63 @@
+"""How co-execution hands work to the GraphRunner: early, and without extra values.
+
+Each test compares against eager and also checks the scheduling property it is about, which the
+results alone cannot show (a late or bloated segment computes the same numbers, only slower).
+"""
+
+import pytest
+import tensorflow as tf
+
+from terra_nb import Terra
+from terra_nb.placeholder import Placeholder
+
+
+def _setup():
+    return tf.Variable(tf.ones((4, 4))), tf.Variable(tf.fill((4, 4), 0.5))
+
+
+def _run(body, loop, n=8):
+    v, w = _setup()
+    out = [body(v, w) for _ in loop(range(n))]
+    return out, v.numpy().tolist()
+
+
+@pytest.mark.parametrize("mode", ["coexec", "lazy"])
+def test_a_value_read_every_iteration_is_handed_to_the_graph_when_issued(mode):
+    submitted = []
+
+    def body(v, w):
+        loss = tf.reduce_sum(tf.matmul(v * 1.0, w))
+        v.assign_add(tf.ones((4, 4)) * 0.01)  # more work after the value Python will read
+        if type(loss) is Placeholder:
+            submitted.append(loss.item is not None)  # already on its way to the GraphRunner?
+        return float(loss)
+
+    plain = _run(body, lambda it: it)
+    submitted.clear()
+    with Terra(mode=mode) as terra:
+        co = _run(body, terra.loop)
+    assert co == plain
+    assert "coexec" in [s.phase for s in terra.stats]
+    # coexec: from the second co-executed iteration on, the loss left with the ops that make it;
+    # lazy (LazyTensor) runs nothing before Python asks.
+    assert submitted[1:] and all(submitted[1:]) if mode == "coexec" else not any(submitted)
+
+
+def test_values_nobody_holds_do_not_leave_the_graph():
+    def step(v, w):
+        h = v * 2.0
+        y = h * w  # a variable input: the fast path refuses, the slow path runs it
+        w.assign(y * 0.5 + 0.25)
+
+    def body(v, w):
+        step(v, w)  # h and y die with step's frame, before the iteration's ops are flushed
+        return None
+
+    plain = _run(body, lambda it: it)
+    with Terra(mode="coexec") as terra:
+        co = _run(body, terra.loop)
+    assert co == plain
+    assert terra.programs, "no segment ran"
+    assert all(not segment.returns for segment in terra.programs), [
+        str(s) for s in terra.programs
+    ]
