@@ -1,11 +1,11 @@
 """Throughput of eager, tf.function, lazy and co-execution on the same loops, in one run.
 
-    python benchmarks/coexec_benchmark.py [--iterations N] [--warmup W] [--only NAME]
+    python benchmarks/coexec_benchmark.py [--iterations N] [--warmup W] [--repeats R] [--only NAME]
 
-For every loop: iterations/s after warm-up for each mode, the ratios against eager, and the
-per-iteration breakdown of co-execution (paper Figure 6): PythonRunner exec/stall and GraphRunner
-exec/stall in ms. ``tf.function`` wraps one step; where the step holds Python that tf.function
-cannot run, the column says why.
+For every loop: iterations/s after warm-up for each mode (the median of R alternating rounds), the
+ratios against eager, and the per-iteration breakdown of co-execution (paper Figure 6):
+PythonRunner exec/stall and GraphRunner exec/stall in ms. ``tf.function`` wraps one step; where
+the step holds Python that tf.function cannot run, the column says why.
 
 The second table is the CPU budget: process CPU ms per iteration of each mode, and the best
 co-execution/tf.function ratio this machine allows. Co-execution still runs the Python of every
@@ -157,10 +157,39 @@ def time_terra(body, data, warmup, n, mode):
     return rate, cpu, ms, phases
 
 
+MODES = ("eager", "tf.function", "lazy", "coexec")
+
+
+def measure(build, mode: str, warmup: int, n: int):
+    """One timed run of ``mode`` on a freshly built loop: (it/s, CPU ms/it[, breakdown, phases])
+    or the reason tf.function cannot run it."""
+    data, body, step = build()
+    if mode == "eager":
+        return time_plain(body, data, warmup, n)
+    if mode == "tf.function":
+        return time_function(step, data, warmup, n)
+    return time_terra(body, data, warmup, n, mode)
+
+
+def median_runs(build, warmup: int, n: int, repeats: int) -> dict:
+    """Per mode, the run with the median rate of ``repeats`` rounds; the modes alternate within a
+    round so a slow spell of the machine hits all of them alike."""
+    rounds = [{mode: measure(build, mode, warmup, n) for mode in MODES} for _ in range(repeats)]
+    run = {}
+    for mode in MODES:
+        runs = [r[mode] for r in rounds]
+        if isinstance(runs[0], str):
+            run[mode] = runs[0]
+        else:
+            run[mode] = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3, help="rounds per loop; medians shown")
     parser.add_argument("--only", choices=sorted(LOOPS))
     args = parser.parse_args()
     print(f"{'loop':<11} {'eager it/s':>10} {'tf.function':>16} {'lazy':>8} {'coexec':>8} "
@@ -170,33 +199,24 @@ def main() -> None:
     for name, build in LOOPS.items():
         if args.only and name != args.only:
             continue
-        run = {}
-        for mode in ("eager", "tf.function", "lazy", "coexec"):
-            data, body, step = build()
-            if mode == "eager":
-                run[mode] = time_plain(body, data, args.warmup, args.iterations)
-            elif mode == "tf.function":
-                run[mode] = time_function(step, data, args.warmup, args.iterations)
-            else:
-                run[mode] = time_terra(body, data, args.warmup, args.iterations, mode)
-        eager, function, lazy, coexec = (run[m][0] if not isinstance(run[m], str) else run[m]
-                                         for m in run)
+        run = median_runs(build, args.warmup, args.iterations, args.repeats)
+        eager, function, lazy, coexec = (r if isinstance(r, str) else r[0] for r in run.values())
         ms, phases = run["coexec"][2], run["coexec"][3]
         f_text = f"{function:16.1f}" if isinstance(function, float) else f"{function:>16}"
         vs_f = f"{coexec / function:7.2f}" if isinstance(function, float) else f"{'-':>7}"
         print(f"{name:<11} {eager:10.1f} {f_text} {lazy:8.1f} {coexec:8.1f} "
               f"{coexec / eager:8.2f} {vs_f} {coexec / lazy:7.2f}   "
               f"{ms['python_exec']:.2f}, {ms['python_stall']:.2f}, {ms['graph_exec']:.2f}, "
-              f"{ms['graph_stall']:.2f}  {phases}")
+              f"{ms['graph_stall']:.2f}  {phases}", flush=True)
         budgets.append((name, run))
     print(f"\nCPU ms/it ({os.cpu_count()} cores)  eager  tf.function  lazy  coexec   lazy py exec"
           f"   bound co/tf.f")
     for name, run in budgets:
-        cpu = {m: (run[m][1] if not isinstance(run[m], str) else None) for m in run}
+        cpu = {m: (r if isinstance(r, str) else r[1]) for m, r in run.items()}
         python = run["lazy"][2]["python_exec"]
-        text = " ".join(f"{cpu[m]:>11.1f}" if cpu[m] is not None else f"{'-':>11}" for m in run)
+        text = " ".join(f"{'-':>11}" if isinstance(c, str) else f"{c:>11.1f}" for c in cpu.values())
         bound = "-"
-        if cpu["tf.function"] is not None:
+        if not isinstance(cpu["tf.function"], str):
             wall = 1e3 / run["tf.function"][0]
             bound = f"{min(1.0, wall / ((cpu['tf.function'] + python) / os.cpu_count())):.2f}"
         print(f"{name:<11} {text} {python:14.1f} {bound:>17}")
