@@ -61,9 +61,15 @@ _holds = 0  # > 0 while placeholders may be alive: swap them for their values
 _originals: dict[str, Any] = {}
 
 
+_MAY_HOLD = (Placeholder, list, tuple)
+
+
 def real_values(args):
     """``args`` with every placeholder (also inside lists) replaced by its real value."""
-    if not any(isinstance(a, (Placeholder, list, tuple)) for a in args):
+    for a in args:  # a loop, not any(): this runs for every op
+        if isinstance(a, _MAY_HOLD):
+            break
+    else:
         return args
     out = []
     for a in args:

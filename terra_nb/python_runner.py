@@ -190,8 +190,10 @@ class PythonRunner:
 
     def _answer(self, entry: Entry, op_name, args, attrs, flat: list, loc: int):
         node = entry.node
-        if any(type(x) is np.ndarray for x in flat):  # the graph reads it later: copy it now
-            flat = [x.copy() if type(x) is np.ndarray else x for x in flat]
+        for x in flat:  # a loop, not any(): this runs for every op
+            if type(x) is np.ndarray:  # the graph reads it later: copy it now
+                flat = [x.copy() if type(x) is np.ndarray else x for x in flat]
+                break
         outs = [Placeholder(spec, self, node, k) for k, spec in enumerate(entry.outputs)]
         self._pending.append((entry, flat, outs))
         self.path.append(node)
@@ -376,7 +378,11 @@ def _scan(flat: list) -> tuple[bool, bool]:
 
 def _light(args):
     """``args`` with placeholders replaced by TensorRefs (the log must not keep them alive)."""
-    if not any(type(a) is Placeholder or type(a) in (list, tuple) for a in args):
+    for a in args:  # a loop, not any(): this runs for every op
+        t = type(a)
+        if t is Placeholder or t is list or t is tuple:
+            break
+    else:
         return args
     out = []
     for a in args:
