@@ -125,6 +125,18 @@ def _unread(segment: Segment) -> list[int]:
     return [p for p, op in enumerate(segment.ops) if op.n_outputs and p not in read]
 
 
+# Stateful ops that only read: running one although an earlier op failed changes nothing, and
+# tf.function already orders them after earlier writes to the same variable.
+READ_ONLY = frozenset(
+    {"ReadVariableOp", "VariableShape", "VarIsInitializedOp", "ResourceGather", "ResourceGatherNd"}
+)
+
+
+def has_side_effect(op_type: str) -> bool:
+    """Whether running ``op_type`` can change state Python may see (variables, RNG, output)."""
+    return op_type not in READ_ONLY and op_def_registry.get(op_type).is_stateful
+
+
 def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False):
     """The concrete function that runs ``segment``; ``handles`` maps variable keys to handles."""
 
@@ -144,12 +156,15 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
                     inputs.append(handles[a])
             # As in eager, an op with side effects runs only if every op Python issued before
             # it succeeded (tf.function itself orders only side-effecting ops among themselves).
-            effect = op_def_registry.get(op.op_type).is_stateful
+            effect = has_side_effect(op.op_type)
             before = len(graph.get_operations())
             with tf.control_dependencies(since_effect) if effect else contextlib.nullcontext():
                 outputs = lower(op, inputs)
             built = graph.get_operations()[before:]
-            since_effect = list(built) if effect else since_effect + built
+            if effect:
+                since_effect = list(built)
+            else:
+                since_effect.extend(built)
             if len(outputs) != op.n_outputs:
                 raise TerraError(f"lowering {op.op_type} gave {len(outputs)} outputs")
             env.append(outputs)

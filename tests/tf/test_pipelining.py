@@ -61,3 +61,32 @@ def test_values_nobody_holds_do_not_leave_the_graph():
     assert all(not segment.returns for segment in terra.programs), [
         str(s) for s in terra.programs
     ]
+
+
+def test_only_ops_with_side_effects_wait_for_every_earlier_op():
+    from terra_nb.generator import Segment, SegmentOp, compile_segment
+
+    f32, mul = (("dtype", tf.float32),), (("T", tf.float32),)
+    v, w = _setup()
+    segment = Segment(
+        ops=(
+            SegmentOp(0, "ReadVariableOp", f32, (("var", 1, 0),), 1),
+            SegmentOp(1, "Mul", mul, (("op", 0, 0), ("op", 0, 0)), 1),
+            SegmentOp(2, "ReadVariableOp", f32, (("var", 2, 0),), 1),
+            SegmentOp(3, "Mul", mul, (("op", 2, 0), ("op", 2, 0)), 1),
+            SegmentOp(4, "AssignVariableOp", f32 + (("validate_shape", False),),
+                      (("var", 1, 0), ("op", 1, 0)), 0),
+        ),
+        args=(),
+        returns=((3, 0),),
+    )
+    function = compile_segment(segment, {1: v.handle, 2: w.handle})
+    ops = function.graph.get_operations()
+    control = {op.name: {c.name for c in op.control_inputs} for op in ops}
+    # A read changes nothing: it need not wait for the Mul issued before it (parallelism) ...
+    assert "terra_node_1" not in control["terra_node_2"]
+    # ... while the write runs only after every op issued before it has succeeded.
+    assert {"terra_node_2", "terra_node_3"} <= control["terra_node_4"]
+    expected_w, expected_v = (w * w).numpy().tolist(), (v * v).numpy().tolist()
+    assert function()[0].numpy().tolist() == expected_w
+    assert v.numpy().tolist() == expected_v
