@@ -311,7 +311,7 @@ class PythonRunner:
                 # Split at the op that makes the value: Python waits for that part only, and the
                 # ops issued after it run while Python goes on.
                 self.flush(self._position(placeholder) + 1)
-                self.flush()
+            self.flush()  # queued now, the graph goes on to them without waiting for Python
             item = placeholder.item
             if item is None:
                 raise TerraError(f"the value of node {placeholder.node} was not kept")
