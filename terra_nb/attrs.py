@@ -72,7 +72,10 @@ def complete_attrs(op_type: str, attrs: dict, inputs: list, outputs: list) -> tu
                 full[arg.type_attr] = values[position].dtype
             position += width
     for a in op_def.attr:
-        if a.name not in full and a.HasField("default_value"):
+        # The fast path passes None for an attr left at its default (``tf.squeeze(axis=None)``);
+        # only a shape may be None (unknown rank).
+        missing = a.name not in full or full[a.name] is None and a.type != "shape"
+        if missing and a.HasField("default_value"):
             full[a.name] = _attr_value(a.default_value)
     return tuple(sorted((k, _normalise(kinds.get(k, ""), v)) for k, v in full.items()))
 

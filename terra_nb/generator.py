@@ -5,17 +5,20 @@ normalised attrs), how each input is wired (``op``: an earlier op of the segment
 function argument, i.e. a value computed before the segment or fed from Python; ``var``: a
 variable handle, captured), and which outputs the segment returns (those Python still holds).
 Equal segments share one compiled function. Each op is lowered by a rule of ``lowering_rules``
-(keyed by op type), by default from its OpDef as graph-mode op wrappers do.
+(keyed by op type), by default from its OpDef as graph-mode op wrappers do. ``run_segment`` runs
+a segment's ops eagerly instead, one by one, for a segment not worth compiling (seen once).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.python.eager import context, execute
 from tensorflow.python.framework import op_def_library, op_def_registry
 
 from .errors import TerraError
@@ -125,6 +128,62 @@ def _unread(segment: Segment) -> list[int]:
     return [p for p, op in enumerate(segment.ops) if op.n_outputs and p not in read]
 
 
+def _inputs(op: SegmentOp, env: list[list], args, handles: dict[int, Any]) -> list:
+    """``op``'s inputs: outputs of earlier ops (``env``), arguments, variable handles."""
+    out = []
+    for kind, a, b in op.inputs:
+        if kind == "op":
+            out.append(env[a][b])
+        elif kind == "arg":
+            out.append(args[a])
+        else:
+            out.append(handles[a])
+    return out
+
+
+def interpretable(segment: Segment) -> bool:
+    """Whether ``run_segment`` can run ``segment`` (no op needs a lowering rule or a function)."""
+    return not any(op.op_type in lowering_rules or _has_function_attr(op) for op in segment.ops)
+
+
+def _has_function_attr(op: SegmentOp) -> bool:
+    op_def = op_def_registry.get(op.op_type)
+    return op_def is None or any(a.type in ("func", "list(func)") for a in op_def.attr)
+
+
+def run_segment(segment: Segment, args: list, handles: dict[int, Any]) -> list:
+    """Run ``segment``'s ops eagerly, one by one, in the order Python issued them (so a failing op
+    stops every later one, as in eager); returns the values the segment returns. The caller
+    keeps this thread's capture hooks and gradient tapes out of it."""
+    ctx = context.context()
+    env: list[list] = []
+    for op in segment.ops:
+        attrs = eager_attrs(op.op_type, op.attrs)
+        outputs = execute.execute(op.op_type, op.n_outputs, _inputs(op, env, args, handles), attrs,
+                                  ctx)
+        env.append(outputs or [])
+    return [env[p][k] for p, k in segment.returns]
+
+
+@functools.lru_cache(maxsize=4096)
+def eager_attrs(op_type: str, attrs: tuple) -> tuple:
+    """Normalised attrs (see attrs.py) in the flat form eager execution takes."""
+    kinds = {a.name: a.type for a in op_def_registry.get(op_type).attr}
+    flat: list = []
+    for name, value in attrs:
+        kind = kinds.get(name)
+        if kind == "type":
+            value = tf.as_dtype(value).as_datatype_enum
+        elif kind == "list(type)":
+            value = [tf.as_dtype(v).as_datatype_enum for v in value]
+        elif kind == "list(shape)":
+            value = [None if v is None else list(v) for v in value]
+        elif isinstance(value, tuple):  # shapes and lists of ints, floats, strings, bools
+            value = list(value)
+        flat += [name, value]
+    return tuple(flat)
+
+
 # Stateful ops that only read: running one although an earlier op failed changes nothing, and
 # tf.function already orders them after earlier writes to the same variable.
 READ_ONLY = frozenset(
@@ -146,14 +205,7 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
         since_effect: list = []  # graph ops built since the last op with side effects
 
         for op in segment.ops:
-            inputs = []
-            for kind, a, b in op.inputs:
-                if kind == "op":
-                    inputs.append(env[a][b])
-                elif kind == "arg":
-                    inputs.append(args[a])
-                else:
-                    inputs.append(handles[a])
+            inputs = _inputs(op, env, args, handles)
             # As in eager, an op with side effects runs only if every op Python issued before
             # it succeeded (tf.function itself orders only side-effecting ops among themselves).
             effect = has_side_effect(op.op_type)

@@ -82,7 +82,7 @@ class TraceEngine(EagerEngine):
 
     def end(self) -> IterationResult:
         trace = self.recorder.finish(self._iteration)
-        covered = _merge(self.learned, trace, self.recorder.signatures)
+        covered, _ = _merge(self.learned, trace, self.recorder.signatures)
         return IterationResult("tracing", len(trace.ops), trace.feeds, trace.fetches, covered,
                                path=_path(self.learned))
 
@@ -92,23 +92,29 @@ def _path(learned: Learned) -> tuple[int, ...]:
     return tuple(mapping[i] for i in sorted(mapping))
 
 
-def _merge(learned: Learned, trace, signatures) -> bool:
+def _merge(learned: Learned, trace, signatures) -> tuple[bool, bool]:
+    """Merge a traced iteration: whether the TraceGraph covered it, and whether the signature
+    index knew every call of it (what co-execution needs: a loop running a trip count it never
+    ran before grows the TraceGraph, yet every call is known)."""
+    known = learned.index.knows(signatures)
     covered = learned.builder.merge(trace)
     learned.index.learn(trace, signatures, learned.builder.last_mapping)
-    return covered
+    return covered, known
 
 
 class CoexecEngine:
-    """Traces until an iteration is covered, then co-executes; falls back on divergence.
+    """Traces until every call of an iteration is known, then co-executes; falls back on divergence.
 
     After ``max_fallbacks`` fallbacks within ``window`` iterations it warns and stays in tracing.
     """
 
     window = 20
 
-    def __init__(self, learned: Learned, *, lazy: bool, xla: bool, max_fallbacks: int) -> None:
+    def __init__(self, learned: Learned, *, lazy: bool, xla: bool, max_fallbacks: int,
+                 compile_after: int = 2) -> None:
         self.learned = learned
-        self.runner = PythonRunner(learned.locations, learned.index, lazy=lazy, xla=xla)
+        self.runner = PythonRunner(learned.locations, learned.index, lazy=lazy, xla=xla,
+                                   compile_after=compile_after)
         self.max_fallbacks = max_fallbacks
         self.ready = bool(learned.index.entries) and learned.builder.traces > 0
         self.gave_up = False
@@ -146,9 +152,9 @@ class CoexecEngine:
         if trace is None:
             return IterationResult("coexec", runner.ops, None, runner.fetches, True, stalls,
                                    path=tuple(runner.path))
-        covered = _merge(self.learned, trace, runner.log.signatures)
+        covered, known = _merge(self.learned, trace, runner.log.signatures)
         fell_back = runner.divergence is not None
-        self.ready = covered or fell_back and self.ready
+        self.ready = known or fell_back and self.ready
         result = IterationResult("fallback" if fell_back else "tracing", len(trace.ops),
                                  trace.feeds, trace.fetches, covered, stalls, runner.divergence,
                                  _path(self.learned))

@@ -40,6 +40,7 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
         self.value = None  # the real EagerTensor, once known
         self.item = None  # the GraphRunner work item that computes it, once flushed
         self._taped = False
+        self._fetched = False
 
     # -- what eager tensors have ------------------------------------------------------------
 
@@ -99,8 +100,9 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
         (an identity), so gradients flow from eager ops on the value back through the ops that
         produced the placeholder.
         """
-        if self.value is None:
+        if not self._fetched:  # the first read is the fetch, even if the graph is done already
             self.value = self._producer.materialise(self)
+            self._fetched = True
         if not self._taped and record.could_possibly_record():
             self._taped = True
             record.record_operation("Identity", [self.value], [self], lambda dy: [dy])

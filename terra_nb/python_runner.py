@@ -74,7 +74,7 @@ class PythonRunner:
     intercepts = True
 
     def __init__(self, locations: LocationTable, index: SignatureIndex, *, lazy: bool,
-                 xla: bool, chunk_ops: int = 512) -> None:
+                 xla: bool, chunk_ops: int = 512, compile_after: int = 2) -> None:
         self.locations = locations
         self.index = index
         self.lazy = lazy
@@ -83,7 +83,8 @@ class PythonRunner:
         self.log = TraceRecorder(locations)
         self.handles: dict[int, Any] = {}
         self.graph = GraphRunner(
-            self.handles, xla=xla, describe=lambda node: index.node_locations.get(node, "?")
+            self.handles, xla=xla, compile_after=compile_after,
+            describe=lambda node: index.node_locations.get(node, "?"),
         )
         self.state = "tracing"
         self.iteration = 0

@@ -3,8 +3,11 @@
 The PythonRunner submits one ``WorkItem`` per flush: a ``Segment`` (plain data), the objects for
 its arguments, and the placeholders to fill with its returned values. The queue is bounded, so
 Python can run ahead of the graph by a bounded amount of work (back-pressure). Segments are
-compiled once and cached. A failure inside a segment is kept and raised in Python at its next
-synchronisation point (a fetch, a flush that waits, the end of the loop).
+compiled once and cached, from the ``compile_after``-th time they run: before that (a path taken
+once, a loop with a trip count not seen before) the ops run eagerly in the Python thread, once the
+graph has caught up, which costs what eager costs instead of a compile. A failure inside a
+segment is kept and raised in Python at its next synchronisation point (a fetch, a flush that
+waits, the end of the loop).
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ import time
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.python.eager import record
 
+from . import capture
 from .errors import TerraError
-from .generator import Segment, compile_segment, make_segment
+from .generator import Segment, compile_segment, interpretable, make_segment, run_segment
 from .placeholder import Placeholder
 from .timeline import RunnerSpan
 
@@ -48,11 +53,14 @@ class GraphRunner:
     """Executes work items in submission order on a background thread."""
 
     def __init__(self, handles: dict[int, Any], *, xla: bool = False, max_ahead: int = 8,
-                 describe=lambda node: "") -> None:
+                 compile_after: int = 2, describe=lambda node: "") -> None:
         """``describe(node)`` names a TraceGraph node's source line for error messages."""
         self.handles = handles
         self.describe = describe
         self.xla = xla
+        self.compile_after = compile_after
+        self.interpreted = 0  # segments run eagerly, op by op, instead of compiled
+        self._sightings: dict[tuple, int] = {}
         self.spans: list[RunnerSpan] = []
         self.error: BaseException | None = None  # the last failure
         self.generation = 0  # bumped when Python is told of a failure
@@ -65,11 +73,26 @@ class GraphRunner:
         self._thread.start()
 
     def submit(self, item: WorkItem) -> None:
-        """Queue ``item`` (blocks while the queue is full)."""
+        """Queue ``item`` (blocks while the queue is full), or run it here if it is not worth
+        compiling yet."""
         if not self._thread.is_alive():
             raise TerraError("the GraphRunner has stopped; this Terra loop cannot continue")
         item.generation = self.generation
+        if item.key not in self._cache and self._sighted(item.key) < self.compile_after:
+            segment = make_segment(item.key, item.entries)
+            if interpretable(segment):
+                self._queue.join()  # everything issued before it runs first
+                with capture.bypass(), record.stop_recording():
+                    self._process(item, segment)
+                return
         self._queue.put(item)
+
+    def _sighted(self, key: tuple) -> int:
+        """How many times ``key`` has been submitted, this one included."""
+        if len(self._sightings) > 4096:  # many one-off paths: forgetting only delays a compile
+            self._sightings.clear()
+        count = self._sightings[key] = self._sightings.get(key, 0) + 1
+        return count
 
     def wait_idle(self) -> None:
         """Block until every submitted item has run; raise a failure Python was not told of."""
@@ -117,25 +140,34 @@ class GraphRunner:
             if item is None:
                 self._queue.task_done()
                 return
-            start = time.perf_counter()
-            self.spans.append(
-                RunnerSpan("graph", "stall", item.iteration, item.phase, idle_since, start)
-            )
+            self.spans.append(RunnerSpan(
+                "graph", "stall", item.iteration, item.phase, idle_since, time.perf_counter()
+            ))
             try:
-                if item.generation == self._failed_generation:
-                    item.error = self.error  # issued after the failed op: never runs
-                else:
-                    self._execute(item)
-            except BaseException as error:  # kept and raised in the Python thread
-                self.error = item.error = error
-                self._failed_generation = item.generation
+                self._process(item)
             finally:
                 idle_since = time.perf_counter()
-                self.spans.append(
-                    RunnerSpan("graph", "exec", item.iteration, item.phase, start, idle_since)
-                )
-                item.done.set()
                 self._queue.task_done()
+
+    def _process(self, item: WorkItem, interpret: Segment | None = None) -> None:
+        """Run ``item`` (compiled, or ``interpret``'s ops one by one); keep a failure for Python."""
+        start = time.perf_counter()
+        try:
+            if item.generation == self._failed_generation:
+                item.error = self.error  # issued after the failed op: never runs
+            elif interpret is not None:
+                self.interpreted += 1
+                args = [_argument(a, dtype) for a, (dtype, _) in zip(item.args, interpret.args)]
+                self._deliver_values(item, run_segment(interpret, args, self.handles))
+            else:
+                self._execute(item)
+        except BaseException as error:  # kept and raised in the Python thread
+            self.error = item.error = error
+            self._failed_generation = item.generation
+        finally:
+            end = time.perf_counter()
+            self.spans.append(RunnerSpan("graph", "exec", item.iteration, item.phase, start, end))
+            item.done.set()
 
     def _execute(self, item: WorkItem) -> None:
         function = self._cache.get(item.key)
@@ -146,7 +178,10 @@ class GraphRunner:
             self._segments.append(segment)
         specs = function.structured_input_signature[0]
         args = [_argument(a, spec.dtype) for a, spec in zip(item.args, specs)]
-        values = function._call_flat(args, function.captured_inputs)
+        self._deliver_values(item, function._call_flat(args, function.captured_inputs))
+
+    @staticmethod
+    def _deliver_values(item: WorkItem, values: list) -> None:
         for placeholder, value in zip(item.returns, values):
             if value._shape_tuple() != placeholder.sig[1]:
                 raise TerraError(

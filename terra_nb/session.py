@@ -89,21 +89,27 @@ class Terra:
         max_fallbacks: int = 5,
         strict: bool = False,
         xla: bool = False,
+        compile_after: int = 2,
         learned: Learned | None = None,
     ) -> None:
         """``max_fallbacks``: fallbacks within 20 iterations after which co-execution gives up
         and stays in tracing; ``strict``: a fallback after warm-up raises; ``xla``: compile the
-        graph segments with XLA; ``learned``: continue from an earlier Terra on the same code."""
+        graph segments with XLA; ``compile_after``: a graph segment is compiled the n-th time
+        it runs, before that its ops run eagerly (a path taken once costs no compile; 1: compile
+        at once); ``learned``: continue from an earlier Terra on the same code."""
         if mode not in MODES:
             raise TerraUsageError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
         if not isinstance(max_fallbacks, int) or max_fallbacks < 1:
             raise TerraUsageError(f"max_fallbacks must be an int >= 1, got {max_fallbacks!r}")
+        if not isinstance(compile_after, int) or compile_after < 1:
+            raise TerraUsageError(f"compile_after must be an int >= 1, got {compile_after!r}")
         if learned is not None and not isinstance(learned, Learned):
             raise TerraUsageError("learned= takes the .learned of an earlier Terra")
         self.mode = mode
         self.max_fallbacks = max_fallbacks
         self.strict = strict
         self.xla = xla
+        self.compile_after = compile_after
         self.learned = learned if learned is not None else Learned()
         self._state = "new"  # new -> open -> closed
         self._engine: Any = None
@@ -135,7 +141,7 @@ class Terra:
         if self.mode == "trace":
             return TraceEngine(self.learned)
         return CoexecEngine(self.learned, lazy=self.mode == "lazy", xla=self.xla,
-                            max_fallbacks=self.max_fallbacks)
+                            max_fallbacks=self.max_fallbacks, compile_after=self.compile_after)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:

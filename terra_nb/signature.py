@@ -168,6 +168,12 @@ class SignatureIndex:
         self.fetched_nodes: set[int] = set()
         self._sites: dict[tuple, list[tuple]] = {}  # (op name, loc) -> signatures, for explain
 
+    def knows(self, signatures) -> bool:
+        """Whether every call of a traced iteration (its (signature, fast-path signature) pairs)
+        is known: co-executing that iteration again would answer every op."""
+        entries = self.entries
+        return all(sig in entries and (fast is None or fast in entries) for sig, fast in signatures)
+
     def learn(self, trace: Trace, signatures, mapping: dict[int, int]) -> None:
         for op, (sig, fast_sig) in zip(trace.ops, signatures):
             if sig not in self.entries:

@@ -13,6 +13,15 @@ from programs import CORPUS
 
 from terra_nb import Terra
 
+# coexec compiles a segment the second time it runs (its first run is eager, op by op); the two
+# extremes check each way of running segments on its own.
+VARIANTS = {
+    "coexec": {"mode": "coexec"},
+    "lazy": {"mode": "lazy"},
+    "coexec-compile-at-once": {"mode": "coexec", "compile_after": 1},
+    "coexec-never-compile": {"mode": "coexec", "compile_after": 10**9},
+}
+
 
 def run(program, mode):
     keras.utils.set_random_seed(0)
@@ -22,7 +31,7 @@ def run(program, mode):
         if mode == "plain":
             values, variables = program(lambda it: it)
         else:
-            with Terra(mode=mode) as terra:
+            with Terra(**VARIANTS[mode]) as terra:
                 values, variables = program(terra.loop)
     return values, variables, out.getvalue(), terra
 
@@ -42,7 +51,7 @@ def graph_threads():
     return [t for t in threading.enumerate() if t.name == "terra-graph-runner"]
 
 
-@pytest.mark.parametrize("mode", ["coexec", "lazy"])
+@pytest.mark.parametrize("mode", list(VARIANTS))
 @pytest.mark.parametrize("program", CORPUS, ids=lambda p: p.__name__)
 def test_corpus_equals_eager(program, mode):
     values, variables, printed, _ = run(program, "plain")
@@ -55,6 +64,10 @@ def test_corpus_equals_eager(program, mode):
     assert not graph_threads()
     phases = {s.phase for s in terra.stats}
     assert "coexec" in phases, [s.phase for s in terra.stats]  # it did co-execute
+    if mode == "coexec-never-compile":
+        assert not terra.programs
+    elif mode == "coexec-compile-at-once":
+        assert terra.programs
 
 
 def test_late_path_falls_back_and_is_explained():

@@ -90,3 +90,38 @@ def test_only_ops_with_side_effects_wait_for_every_earlier_op():
     expected_w, expected_v = (w * w).numpy().tolist(), (v * v).numpy().tolist()
     assert function()[0].numpy().tolist() == expected_w
     assert v.numpy().tolist() == expected_v
+
+
+def _one_off_trip_counts(**options):
+    """A loop whose inner loop runs a trip count never seen before, every iteration."""
+    v = tf.Variable(tf.fill((4, 4), 0.5))
+    losses = []
+    with Terra(mode="coexec", **options) as terra:
+        for trips in terra.loop(range(3, 15)):
+            h = v * 1.0
+            for _ in range(trips):
+                h = tf.tanh(h)
+            v.assign(h)
+            losses.append(float(tf.reduce_sum(h)))
+    return (losses, v.numpy().tolist()), terra
+
+
+def test_a_new_trip_count_co_executes_and_runs_eagerly_instead_of_compiling():
+    v = tf.Variable(tf.fill((4, 4), 0.5))
+    losses = []
+    for trips in range(3, 15):
+        h = v * 1.0
+        for _ in range(trips):
+            h = tf.tanh(h)
+        v.assign(h)
+        losses.append(float(tf.reduce_sum(h)))
+    plain = (losses, v.numpy().tolist())
+
+    at_once, at_once_terra = _one_off_trip_counts(compile_after=1)
+    default, default_terra = _one_off_trip_counts()
+    assert at_once == plain and default == plain
+    for terra in (at_once_terra, default_terra):
+        # every call is known after two iterations, though the TraceGraph grows each time
+        assert [s.phase for s in terra.stats][2:] == ["coexec"] * 10
+    # Compiling each one-off segment costs far more than running its ops once.
+    assert len(at_once_terra.programs) >= 10 and not default_terra.programs
