@@ -165,3 +165,16 @@ def input_dtypes(op_type: str, attrs: dict, n_inputs: int) -> list[str | None]:
         dtype = tf.as_dtype(arg.type).name if arg.type else attrs.get(arg.type_attr)
         out.extend([dtype] * (attrs.get(arg.number_attr, 1) if arg.number_attr else 1))
     return out + [None] * (n_inputs - len(out))
+
+
+def with_list_lengths(op_type: str, attrs: tuple, grouped_inputs) -> tuple | None:
+    """Normalised ``attrs`` with every list-length attr (``N``) set from ``grouped_inputs`` (the
+    op's inputs as the fast path passes them); None if a list of types would change too."""
+    op_def = _op_def(op_type)
+    full = dict(attrs)
+    for arg, value in zip(op_def.input_arg, grouped_inputs):
+        if arg.type_list_attr:
+            return None
+        if arg.number_attr:
+            full[arg.number_attr] = len(value)
+    return tuple(sorted(full.items()))

@@ -28,12 +28,14 @@ from tensorflow.python.eager.core import _FallbackException
 from tensorflow.python.framework import constant_op, dtypes, ops
 
 from . import capture
+from .attrs import with_list_lengths
 from .errors import TerraError
 from .interrupts import DeferredInterrupts
 from .location import LocationTable
 from .placeholder import Placeholder
 from .recorder import TraceRecorder
 from .runners import GraphRunner, WorkItem
+from .shapes import infer_outputs, input_specs
 from .signature import (
     FAST_FALLBACK,
     Entry,
@@ -174,10 +176,29 @@ class PythonRunner:
         sig = call_signature(op_name, args, attrs, loc)
         entry = self.index.entries.get(sig)
         if entry is None:
-            return self._diverge(run, op_name, args, attrs, loc, sig)
+            entry = self._infer(sig, inputs, attrs, flat)
+            if entry is None:
+                return self._diverge(run, op_name, args, attrs, loc, sig)
         if entry is FAST_FALLBACK:
             raise _FallbackException("terra-nb: the slow path handles this call")
         return self._answer(entry, op_name, args, attrs, flat, loc)
+
+    def _infer(self, sig: tuple, inputs, attrs, flat: list) -> Entry | str | None:
+        """An answer to a call that differs from a known one only in input shapes, shape-defining
+        values or the length of a list of equal inputs, with output shapes from inference."""
+        sibling = self.index.sibling(sig)
+        if sibling is None or sibling is FAST_FALLBACK:
+            return sibling if sibling is None else self.index.add(sig, sibling)
+        op_attrs, specs = sibling.attrs, input_specs(flat, sibling.inputs)
+        if len(flat) != len(sibling.inputs):  # a list of another length
+            op_attrs = None if attrs is not None else with_list_lengths(
+                sibling.op_type, op_attrs, inputs)
+        if op_attrs is None or specs is None:
+            return None
+        outputs = infer_outputs(sibling, op_attrs, specs, flat)
+        if outputs is None or [d for d, _ in outputs] != [s[0].name for s in sibling.outputs]:
+            return None
+        return self.index.add(sig, sibling, op_attrs, specs, outputs)
 
     def on_fetch(self, tensor) -> None:
         self.fetches += 1

@@ -18,7 +18,7 @@ from tensorflow.python.framework import dtypes, op_def_registry, ops
 from tensorflow.python.framework.tensor_shape import TensorShape
 
 from .placeholder import Placeholder
-from .trace import TensorRef, Trace
+from .trace import TensorRef, TensorSpec, Trace
 
 _EAGER = ops.EagerTensor
 _INT_ENUMS = {3, 9}  # DT_INT32, DT_INT64
@@ -167,12 +167,18 @@ class SignatureIndex:
         # up to such a node as soon as it is issued, so the value is ready when Python asks.
         self.fetched_nodes: set[int] = set()
         self._sites: dict[tuple, list[tuple]] = {}  # (op name, loc) -> signatures, for explain
+        # site_key of a known call -> its answer (another call at the same site is answered
+        # alike, with output shapes from shape inference)
+        self._siblings: dict[tuple, Entry | str] = {}
 
     def knows(self, signatures) -> bool:
         """Whether every call of a traced iteration (its (signature, fast-path signature) pairs)
-        is known: co-executing that iteration again would answer every op."""
-        entries = self.entries
-        return all(sig in entries and (fast is None or fast in entries) for sig, fast in signatures)
+        is known, or has a sibling: co-executing that iteration again would answer every op."""
+        return all(self._knows(sig) and (fast is None or self._knows(fast))
+                   for sig, fast in signatures)
+
+    def _knows(self, sig: tuple) -> bool:
+        return sig in self.entries or site_key(sig) in self._siblings
 
     def learn(self, trace: Trace, signatures, mapping: dict[int, int]) -> None:
         for op, (sig, fast_sig) in zip(trace.ops, signatures):
@@ -189,11 +195,39 @@ class SignatureIndex:
                     structure=structure or _structure(op.op_type, sig),
                 )
                 self._sites.setdefault(sig[:2], []).append(sig)
-            if fast_sig is not None:
-                self.entries.setdefault(fast_sig, FAST_FALLBACK)
+                self._siblings.setdefault(site_key(sig), self.entries[sig])
+            if fast_sig is not None and fast_sig not in self.entries:
+                self.entries[fast_sig] = FAST_FALLBACK
+                self._siblings.setdefault(site_key(fast_sig), FAST_FALLBACK)
             self.node_locations.setdefault(mapping[op.index], op.location)
             if op.fetched:
                 self.fetched_nodes.add(mapping[op.index])
+
+    def sibling(self, sig: tuple) -> Entry | str | None:
+        """A known call that differs from ``sig`` only in input shapes, shape-defining values
+        (``x[:, t]`` for a new ``t``) or list lengths: its answer holds but for those."""
+        return self._siblings.get(site_key(sig))
+
+    def add(self, sig: tuple, sibling: Entry | str, attrs: tuple = (), inputs: tuple = (),
+            outputs: list[tuple] = ()) -> Entry | str:
+        """Know ``sig``: ``sibling``'s answer with these attrs, (dtype name, shape) inputs and
+        outputs (a fast-path fallback stays one)."""
+        if sibling is FAST_FALLBACK:  # the fast path refuses this call as it refused the sibling
+            self.entries[sig] = FAST_FALLBACK
+            return FAST_FALLBACK
+        entry = Entry(
+            uid=len(self.entries),
+            node=sibling.node,
+            op_type=sibling.op_type,
+            attrs=attrs,
+            flat_attrs=tuple(x for kv in attrs for x in kv),
+            inputs=inputs,
+            outputs=tuple(_output_spec(TensorSpec(d, s)) for d, s in outputs),
+            structure=sibling.structure,
+        )
+        self.entries[sig] = entry
+        self._sites.setdefault(sig[:2], []).append(sig)
+        return entry
 
     def why_unknown(self, sig: tuple) -> str:
         """A short reason why ``sig`` is not in the index."""
@@ -208,6 +242,28 @@ class SignatureIndex:
         if all(len(k[3]) != len(sig[3]) or k[3] != sig[3] for k in known):
             return "new input shape, dtype or shape-defining value"
         return "new call"
+
+
+def site_key(sig: tuple) -> tuple:
+    """What a call's signature keeps when input shapes, shape-defining values and the length of
+    lists of equal inputs may change: op, location, attrs, input dtypes and ranks."""
+    return sig[:3] + (tuple(_input_site(s) for s in sig[3]),)
+
+
+def _input_site(s: tuple) -> tuple:
+    head = s[0]
+    if type(head) is int:  # a tensor: (dtype enum, shape[, values]) or (resource, variable)
+        return s[:2] if head == _RESOURCE_ENUM else (head, len(s[1]))
+    if head is list or head is tuple:  # equal elements: any number of them (AddN over the trips)
+        elements = tuple(_input_site(e) for e in s[1])
+        if len(elements) > 1 and all(e == elements[0] for e in elements):
+            return (head, "*", elements[0])
+        return (head, elements)
+    if head is np.ndarray:
+        return (head, s[1], len(s[2]))
+    if head is int or head is bool or isinstance(head, type) and issubclass(head, np.generic):
+        return (head,)
+    return s
 
 
 def _output_spec(spec) -> tuple:

@@ -4,6 +4,7 @@ Each test compares against eager and also checks the scheduling property it is a
 results alone cannot show (a late or bloated segment computes the same numbers, only slower).
 """
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -125,3 +126,52 @@ def test_a_new_trip_count_co_executes_and_runs_eagerly_instead_of_compiling():
         assert [s.phase for s in terra.stats][2:] == ["coexec"] * 10
     # Compiling each one-off segment costs far more than running its ops once.
     assert len(at_once_terra.programs) >= 10 and not default_terra.programs
+
+
+def test_a_new_slice_index_is_answered_without_a_fallback():
+    def run(loop):
+        v = tf.Variable(tf.reshape(tf.range(40.0), (10, 4)))
+        out = []
+        for i in loop(range(10)):
+            row = v[i] * 2.0  # an index never seen before: a new shape-defining value
+            v.assign(v * 0.5 + tf.reduce_sum(row))
+            out.append(float(tf.reduce_sum(v[: i + 1])))  # a new slice size, too
+        return out, v.numpy().tolist()
+
+    plain = run(lambda it: it)
+    with Terra(mode="coexec") as terra:
+        co = run(terra.loop)
+    assert co == plain
+    assert [s.phase for s in terra.stats][2:] == ["coexec"] * 8
+    assert not terra.explain()
+
+
+def test_an_rnn_over_ever_longer_sequences_co_executes():
+    import keras
+
+    def run(loop):
+        keras.utils.set_random_seed(0)
+        cell, head = keras.layers.SimpleRNNCell(8), keras.layers.Dense(1)
+        cell.build((None, 3))
+        head.build((None, 8))
+        variables = cell.trainable_variables + head.trainable_variables
+        opt = keras.optimizers.SGD(0.05)
+        losses = []
+        for length in loop(range(2, 12)):  # a new length, and new slice indices, every time
+            seq = tf.reshape(tf.range(4 * length * 3, dtype=tf.float32) / 50.0, (4, length, 3))
+            with tf.GradientTape() as tape:
+                h = [tf.zeros((4, 8))]
+                for t in range(length):
+                    _, h = cell(seq[:, t, :], h)
+                loss = tf.reduce_mean(tf.square(head(h[0]) - 1.0))
+            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+            losses.append(float(loss))
+        return losses, [w.numpy() for w in variables]
+
+    plain_losses, plain_weights = run(lambda it: it)
+    with Terra(mode="coexec") as terra:
+        losses, weights = run(terra.loop)
+    np.testing.assert_allclose(losses, plain_losses, rtol=1e-5)
+    for a, b in zip(weights, plain_weights):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert [s.phase for s in terra.stats][2:] == ["coexec"] * 8, terra.explain()
