@@ -65,7 +65,9 @@ def make_mlp(width, batch, python_in_step):
     return build
 
 
-def make_rnn():
+def make_rnn(lengths):
+    """A SimpleRNN step over sequences of these lengths (a Python loop over the time steps)."""
+
     def build():
         keras.utils.set_random_seed(0)
         cell = keras.layers.SimpleRNNCell(64)
@@ -75,7 +77,7 @@ def make_rnn():
         variables = cell.trainable_variables + head.trainable_variables
         opt = keras.optimizers.SGD(0.01)
         rng = np.random.default_rng(0)
-        data = [rng.normal(size=(16, n, 32)).astype("float32") for n in (6, 8, 10, 8)]
+        data = [rng.normal(size=(16, n, 32)).astype("float32") for n in lengths]
 
         def step(seq):
             with tf.GradientTape() as tape:
@@ -99,7 +101,8 @@ LOOPS = {
     "mlp-large": make_mlp(1024, 512, python_in_step=False),
     "mlp-python": make_mlp(256, 128, python_in_step=True),
     "mlp-small": make_mlp(32, 16, python_in_step=False),
-    "rnn-varlen": make_rnn(),
+    "rnn-varlen": make_rnn((6, 8, 10, 8)),
+    "rnn-unique": make_rnn(range(4, 104)),  # a length never seen before, every iteration
 }
 
 

@@ -106,9 +106,13 @@ class CoexecEngine:
     """Traces until every call of an iteration is known, then co-executes; falls back on divergence.
 
     After ``max_fallbacks`` fallbacks within ``window`` iterations it warns and stays in tracing.
+    When ``one_off_window`` co-executed iterations in a row ran (almost) only segments never seen
+    before, the loop's path never repeats (a trip count new every time): nothing compiled is ever
+    reused, so it warns and runs the rest of the loop eagerly, which is faster.
     """
 
     window = 20
+    one_off_window = 10
 
     def __init__(self, learned: Learned, *, lazy: bool, xla: bool, max_fallbacks: int,
                  compile_after: int = 2) -> None:
@@ -118,7 +122,10 @@ class CoexecEngine:
         self.max_fallbacks = max_fallbacks
         self.ready = bool(learned.index.entries) and learned.builder.traces > 0
         self.gave_up = False
+        self.eager = False
         self._fallback_iterations: list[int] = []
+        self._one_off: list[bool] = []  # per co-executed iteration: were its segments all new?
+        self._ops_seen = (0, 0)
         self._iteration = 0
         self._hold = contextlib.ExitStack()
         capture.hold_placeholders()
@@ -134,6 +141,8 @@ class CoexecEngine:
 
     def begin(self, root_frame, iteration: int):
         self._iteration = iteration
+        if self.eager:  # eager ops wait for the graph to finish first (the barrier)
+            return contextlib.nullcontext()
         self.runner.begin(root_frame, iteration, coexec=self.ready and not self.gave_up)
         return capture.capturing(self.runner)
 
@@ -146,10 +155,13 @@ class CoexecEngine:
             self.runner.interrupts.leave()
 
     def end(self) -> IterationResult:
+        if self.eager:
+            return IterationResult("eager")
         runner = self.runner
         trace = runner.end()
         stalls = runner.take_stall_spans()
         if trace is None:
+            self._count_one_off()
             return IterationResult("coexec", runner.ops, None, runner.fetches, True, stalls,
                                    path=tuple(runner.path))
         covered, known = _merge(self.learned, trace, runner.log.signatures)
@@ -161,6 +173,22 @@ class CoexecEngine:
         if fell_back:
             self._count_fallback()
         return result
+
+    def _count_one_off(self) -> None:
+        graph = self.runner.graph
+        submitted, new = graph.ops_submitted - self._ops_seen[0], graph.ops_new - self._ops_seen[1]
+        self._ops_seen = (graph.ops_submitted, graph.ops_new)
+        self._one_off.append(submitted > 0 and new >= 0.9 * submitted)
+        recent = self._one_off[-self.one_off_window :]
+        if len(recent) == self.one_off_window and all(recent):
+            self.eager = True
+            warnings.warn(
+                f"terra-nb: the last {self.one_off_window} co-executed iterations took paths "
+                f"never taken before (a loop whose trip count is new every time?), so nothing "
+                f"compiled is reused; running the rest of this loop eagerly.",
+                RuntimeWarning,
+                stacklevel=5,
+            )
 
     def _count_fallback(self) -> None:
         self._fallback_iterations.append(self._iteration)

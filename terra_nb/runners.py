@@ -60,6 +60,8 @@ class GraphRunner:
         self.xla = xla
         self.compile_after = compile_after
         self.interpreted = 0  # segments run eagerly, op by op, instead of compiled
+        self.ops_submitted = 0
+        self.ops_new = 0  # ops in segments submitted for the first time
         self._sightings: dict[tuple, int] = {}
         self.spans: list[RunnerSpan] = []
         self.error: BaseException | None = None  # the last failure
@@ -78,7 +80,11 @@ class GraphRunner:
         if not self._thread.is_alive():
             raise TerraError("the GraphRunner has stopped; this Terra loop cannot continue")
         item.generation = self.generation
-        if item.key not in self._cache and self._sighted(item.key) < self.compile_after:
+        sightings = self._sighted(item.key)
+        self.ops_submitted += len(item.entries)
+        if sightings == 1:
+            self.ops_new += len(item.entries)
+        if item.key not in self._cache and sightings < self.compile_after:
             segment = make_segment(item.key, item.entries)
             if interpretable(segment):
                 self._queue.join()  # everything issued before it runs first

@@ -98,7 +98,7 @@ def _one_off_trip_counts(**options):
     v = tf.Variable(tf.fill((4, 4), 0.5))
     losses = []
     with Terra(mode="coexec", **options) as terra:
-        for trips in terra.loop(range(3, 15)):
+        for trips in terra.loop(range(3, 14)):
             h = v * 1.0
             for _ in range(trips):
                 h = tf.tanh(h)
@@ -110,7 +110,7 @@ def _one_off_trip_counts(**options):
 def test_a_new_trip_count_co_executes_and_runs_eagerly_instead_of_compiling():
     v = tf.Variable(tf.fill((4, 4), 0.5))
     losses = []
-    for trips in range(3, 15):
+    for trips in range(3, 14):
         h = v * 1.0
         for _ in range(trips):
             h = tf.tanh(h)
@@ -123,9 +123,9 @@ def test_a_new_trip_count_co_executes_and_runs_eagerly_instead_of_compiling():
     assert at_once == plain and default == plain
     for terra in (at_once_terra, default_terra):
         # every call is known after two iterations, though the TraceGraph grows each time
-        assert [s.phase for s in terra.stats][2:] == ["coexec"] * 10
+        assert [s.phase for s in terra.stats][2:] == ["coexec"] * 9
     # Compiling each one-off segment costs far more than running its ops once.
-    assert len(at_once_terra.programs) >= 10 and not default_terra.programs
+    assert len(at_once_terra.programs) >= 9 and not default_terra.programs
 
 
 def test_a_new_slice_index_is_answered_without_a_fallback():
@@ -175,3 +175,23 @@ def test_an_rnn_over_ever_longer_sequences_co_executes():
     for a, b in zip(weights, plain_weights):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert [s.phase for s in terra.stats][2:] == ["coexec"] * 8, terra.explain()
+
+
+def test_a_loop_whose_path_never_repeats_goes_eager():
+    def run(loop):
+        v = tf.Variable(tf.fill((4, 4), 0.5))
+        out = []
+        for trips in loop(range(1, 19)):
+            h = v * 1.0
+            for _ in range(trips):  # a trip count never seen before, every iteration
+                h = tf.tanh(h) * 1.5
+            v.assign(h)
+            out.append(float(tf.reduce_sum(h)))
+        return out, v.numpy().tolist()
+
+    plain = run(lambda it: it)
+    with pytest.warns(RuntimeWarning, match="never taken before"), Terra() as terra:
+        co = run(terra.loop)
+    assert co == plain
+    phases = [s.phase for s in terra.stats]
+    assert phases == ["tracing"] * 2 + ["coexec"] * 10 + ["eager"] * 6
