@@ -122,25 +122,27 @@ class Clock:
 
 
 def time_plain(body, data, warmup, n) -> tuple[float, float]:
-    for item in items(data, warmup):
+    timed = items(data, warmup + n)  # the same items, in the same order, in every mode
+    for item in timed[:warmup]:
         body(item)
     clock = Clock()
     clock.start()
-    for item in items(data, n):
+    for item in timed[warmup:]:
         body(item)
     return clock.stop(n)
 
 
 def time_function(step, data, warmup, n) -> tuple[float, float] | str:
     fn = tf.function(step)
+    timed = items(data, warmup + n)
     try:
-        for item in items(data, warmup):
+        for item in timed[:warmup]:
             float(fn(*item) if isinstance(item, tuple) else fn(item))
     except Exception as error:  # what tf.function cannot run
         return f"fails: {type(error).__name__}"
     clock = Clock()
     clock.start()
-    for item in items(data, n):
+    for item in timed[warmup:]:
         float(fn(*item) if isinstance(item, tuple) else fn(item))
     return clock.stop(n)
 
