@@ -8,7 +8,7 @@ Run a training loop under terra-nb
     ::
 
         %%terra [--mode coexec|lazy|trace|eager] [--viz | --no-viz] [--max-fallbacks N]
-                [--strict] [--xla] [--quiet]
+                [--strict] [--xla] [--compile-after N] [--quiet]
         model = make_model()                  # runs normally
         for x, y in batches():                # the first top-level for/while loop:
             ...                               #   each iteration is one Terra iteration

@@ -35,6 +35,7 @@ class CellOptions:
     max_fallbacks: int
     strict: bool = False
     xla: bool = False
+    compile_after: int = 2
     viz: bool = False
     quiet: bool = False
     progress_interval: float = 0.5
@@ -42,7 +43,7 @@ class CellOptions:
     @property
     def engine(self) -> tuple:
         """The options that change what the engine learns (the cache key's part)."""
-        return (self.mode, self.max_fallbacks, self.strict, self.xla)
+        return (self.mode, self.max_fallbacks, self.strict, self.xla, self.compile_after)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +115,7 @@ class CellRunner:
             max_fallbacks=options.max_fallbacks,
             strict=options.strict,
             xla=options.xla,
+            compile_after=options.compile_after,
             learned=self._learned.get(cell.key),
         )
 

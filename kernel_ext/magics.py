@@ -54,6 +54,10 @@ class TerraMagics(Magics, Configurable):
     @ma.argument("--max-fallbacks", type=int, metavar="N", help="fallbacks before giving up")
     @ma.argument("--strict", action="store_true", help="a fallback after warm-up raises")
     @ma.argument("--xla", action="store_true", help="compile pure graph segments with XLA")
+    @ma.argument(
+        "--compile-after", type=int, metavar="N", default=2,
+        help="compile a graph segment the N-th time it runs (before: its ops run eagerly)",
+    )
     @ma.argument("--quiet", action="store_true", help="no progress line, no summary")
     @output_can_be_silenced
     @cell_magic("terra")
@@ -79,12 +83,15 @@ class TerraMagics(Magics, Configurable):
         fallbacks = self.max_fallbacks if args.max_fallbacks is None else args.max_fallbacks
         if fallbacks < 1:
             raise UsageError(f"--max-fallbacks must be >= 1, got {fallbacks}")
+        if args.compile_after < 1:
+            raise UsageError(f"--compile-after must be >= 1, got {args.compile_after}")
         self.runner.cache_size = self.cache_size
         return CellOptions(
             mode=args.mode or self.default_mode.lower(),
             max_fallbacks=fallbacks,
             strict=args.strict,
             xla=args.xla,
+            compile_after=args.compile_after,
             viz=self.viz if args.viz is None else args.viz,
             quiet=args.quiet or self.quiet,
             progress_interval=self.progress_interval,

@@ -35,12 +35,13 @@ def test_coexecution_modes_equal_a_plain_cell(ip, mode):
 
 
 def test_engine_flags_reach_the_engine(ip):
-    ip.run_cell_magic("terra", "--max-fallbacks 7 --strict --xla --quiet", "x = 1\n")
-    terra = last(ip)
-    assert (terra.max_fallbacks, terra.strict, terra.xla) == (7, True, True)
+    ip.run_cell_magic("terra", "--max-fallbacks 7 --strict --xla --compile-after 3 --quiet",
+                      "x = 1\n")
+    t = last(ip)
+    assert (t.max_fallbacks, t.strict, t.xla, t.compile_after) == (7, True, True, 3)
     ip.run_cell_magic("terra", "--quiet", "x = 1\n")
-    terra = last(ip)
-    assert (terra.max_fallbacks, terra.strict, terra.xla) == (5, False, False)
+    t = last(ip)
+    assert (t.max_fallbacks, t.strict, t.xla, t.compile_after) == (5, False, False, 2)
 
 
 @pytest.mark.parametrize(
@@ -50,6 +51,7 @@ def test_engine_flags_reach_the_engine(ip):
         ("--mode fast", "invalid choice: 'fast'"),
         ("--max-fallbacks many", "invalid int value"),
         ("--max-fallbacks 0", "must be >= 1"),
+        ("--compile-after 0", "must be >= 1"),
         ("extra words", "unrecognized arguments"),
     ],
 )
