@@ -109,11 +109,8 @@ def _shape(value):
 
 def _plain(value):
     """A hashable, JSON-friendly form of an attr value."""
-    if isinstance(value, bytes):
-        try:
-            return value.decode()
-        except UnicodeDecodeError:
-            return value.hex()
+    if isinstance(value, bytes):  # bytes that are not UTF-8 survive: see string_attr
+        return value.decode("utf-8", "surrogateescape")
     if isinstance(value, (list, tuple)):
         return tuple(_plain(v) for v in value)
     if isinstance(value, (bool, int, float, str)) or value is None:
@@ -178,3 +175,12 @@ def with_list_lengths(op_type: str, attrs: tuple, grouped_inputs) -> tuple | Non
         if arg.number_attr:
             full[arg.number_attr] = len(value)
     return tuple(sorted(full.items()))
+
+
+def string_attr(value):
+    """A normalised string attr (or list of them) as the bytes TensorFlow was given."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    if isinstance(value, (list, tuple)):
+        return [string_attr(v) for v in value]
+    return value

@@ -7,6 +7,9 @@ function). Both are module attributes looked up at call time, so replacing them 
 op whose fast path raises ``_FallbackException`` arrives again at the slow path; only a completed
 call is reported, so each op is reported once.
 
+``pywrap_tfe.TFE_Py_TensorShapeSlice`` (sizes along an axis, used by concat's gradient) only
+accepts eager tensors; while hooked it answers placeholders from their static shapes.
+
 Materialisation (``numpy()``, ``float()``, ``bool()``, ``__array__``, ``__format__``, ``print``) all
 funnel through ``_EagerTensorBase._numpy``, which is hooked to report fetches.
 
@@ -33,7 +36,7 @@ import numpy as np
 from tensorflow.python import pywrap_tfe
 from tensorflow.python.eager import execute
 from tensorflow.python.eager.core import _FallbackException
-from tensorflow.python.framework import ops
+from tensorflow.python.framework import constant_op, dtypes, ops
 
 from .placeholder import Placeholder
 from .signature import op_info
@@ -180,10 +183,20 @@ def _numpy(self):
     return _originals["numpy"](self)
 
 
+def _tensor_shape_slice(tensors, dim):
+    """``TFE_Py_TensorShapeSlice`` (the sizes along ``dim``; concat's gradient) for placeholders
+    too: their shapes are static."""
+    if any(type(t) is Placeholder for t in tensors):
+        return constant_op.constant([t.shape[dim] for t in tensors], dtype=dtypes.int32)
+    return _originals["shape_slice"](tensors, dim)
+
+
 def _install() -> None:
     global _installs
     with _install_lock:
         if _installs == 0:
+            _originals["shape_slice"] = pywrap_tfe.TFE_Py_TensorShapeSlice
+            pywrap_tfe.TFE_Py_TensorShapeSlice = _tensor_shape_slice
             _originals["fast"] = pywrap_tfe.TFE_Py_FastPathExecute
             _originals["slow"] = execute.quick_execute
             _originals["execute"] = execute.execute
@@ -200,6 +213,7 @@ def _uninstall() -> None:
     with _install_lock:
         _installs -= 1
         if _installs == 0:
+            pywrap_tfe.TFE_Py_TensorShapeSlice = _originals.pop("shape_slice")
             pywrap_tfe.TFE_Py_FastPathExecute = _originals.pop("fast")
             execute.quick_execute = _originals.pop("slow")
             execute.execute = _originals.pop("execute")

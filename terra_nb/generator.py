@@ -21,6 +21,7 @@ import tensorflow as tf
 from tensorflow.python.eager import context, execute
 from tensorflow.python.framework import op_def_library, op_def_registry
 
+from .attrs import string_attr
 from .errors import TerraError
 
 
@@ -77,7 +78,11 @@ def _op_def_rule(op: SegmentOp, inputs: list) -> list:
     attrs = dict(op.attrs)
     kwargs = _group_inputs(op_def, attrs, inputs)
     inferred = _inferred(op.op_type, op_def)
-    kwargs.update({k: v for k, v in attrs.items() if k not in inferred})
+    kinds = {a.name: a.type for a in op_def.attr}
+    kwargs.update(
+        {k: string_attr(v) if kinds[k] in _STRINGS else v
+         for k, v in attrs.items() if k not in inferred}
+    )
     # The name lets an error raised by the op be traced back to its node (and source line).
     _, _, graph_op, _ = op_def_library._apply_op_helper(
         op.op_type, name=f"terra_node_{op.node}", **kwargs
@@ -85,6 +90,7 @@ def _op_def_rule(op: SegmentOp, inputs: list) -> list:
     return list(graph_op.outputs)
 
 
+_STRINGS = ("string", "list(string)")
 _inferred_cache: dict[str, frozenset[str]] = {}
 
 
@@ -178,7 +184,9 @@ def eager_attrs(op_type: str, attrs: tuple) -> tuple:
             value = [tf.as_dtype(v).as_datatype_enum for v in value]
         elif kind == "list(shape)":
             value = [None if v is None else list(v) for v in value]
-        elif isinstance(value, tuple):  # shapes and lists of ints, floats, strings, bools
+        elif kind in _STRINGS:
+            value = string_attr(value)
+        elif isinstance(value, tuple):  # shapes and lists of ints, floats, bools
             value = list(value)
         flat += [name, value]
     return tuple(flat)

@@ -26,6 +26,7 @@ import numpy as np
 from tensorflow.python.eager import execute, record
 from tensorflow.python.eager.core import _FallbackException
 from tensorflow.python.framework import constant_op, dtypes, ops
+from tensorflow.python.ops import resource_variable_ops
 
 from . import capture
 from .attrs import with_list_lengths
@@ -97,6 +98,7 @@ class PythonRunner:
         self.divergence: tuple[str, str, str] | None = None  # (reason, op type, location)
         self._pending: list[tuple[Entry, list, list[Placeholder]]] = []
         self._kept: list[weakref.ref] = []  # placeholders whose values left the graph
+        self._resizable: dict[int, bool] = {}  # variable handle id -> shape not fully defined
         self.interrupts = DeferredInterrupts()
         # lazy mode is LazyTensor: nothing runs before Python asks for it
         self._prefetch: set[int] = set() if lazy else index.fetched_nodes
@@ -169,7 +171,8 @@ class PythonRunner:
             return self._trace_op(run, op_name, args, attrs, loc)  # pure, on real values
         if op_type in SHAPE_RULES and not resources:
             return self._fold(op_type, op_name, args, attrs, flat, loc)
-        if op_type in HOST_OPS or not info.known or (info.stateful and not resources):
+        host = op_type in HOST_OPS or not info.known or (info.stateful and not resources)
+        if host or resources and self._reads_resizable_variable(flat):
             self.flush()
             self._wait_idle()
             return self._trace_op(run, op_name, args, attrs, loc)
@@ -199,6 +202,18 @@ class PythonRunner:
         if outputs is None or [d for d, _ in outputs] != [s[0].name for s in sibling.outputs]:
             return None
         return self.index.add(sig, sibling, op_attrs, specs, outputs)
+
+    def _reads_resizable_variable(self, flat: list) -> bool:
+        """Whether an input is a variable whose shape may change (``shape=[None, ...]``): what
+        reads it gets the shape the variable has when it runs, so it must run for real."""
+        for x in flat:
+            if type(x) is _EAGER and x._datatype_enum() == _RESOURCE_ENUM:
+                resizable = self._resizable.get(x._id)
+                if resizable is None:
+                    resizable = self._resizable[x._id] = _resizable(x)
+                if resizable:
+                    return True
+        return False
 
     def on_fetch(self, tensor) -> None:
         self.fetches += 1
@@ -375,6 +390,14 @@ class PythonRunner:
             self.graph.wait_idle()
         finally:
             self._stalled(start)
+
+
+def _resizable(handle) -> bool:
+    data = resource_variable_ops.get_eager_safe_handle_data(handle)
+    if not data.is_set or not data.shape_and_type:
+        return True  # nothing declared: assume it may change
+    shape = data.shape_and_type[0].shape
+    return shape.unknown_rank or any(d.size < 0 for d in shape.dim)
 
 
 def _flat(inputs) -> list:

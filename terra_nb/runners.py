@@ -60,6 +60,7 @@ class GraphRunner:
         self.xla = xla
         self.compile_after = compile_after
         self.interpreted = 0  # segments run eagerly, op by op, instead of compiled
+        self.uncompilable = 0  # segments TensorFlow could not build as a graph
         self.ops_submitted = 0
         self.ops_new = 0  # ops in segments submitted for the first time
         self._sightings: dict[tuple, int] = {}
@@ -84,8 +85,9 @@ class GraphRunner:
         self.ops_submitted += len(item.entries)
         if sightings == 1:
             self.ops_new += len(item.entries)
-        if item.key not in self._cache and sightings < self.compile_after:
-            segment = make_segment(item.key, item.entries)
+        compiled = self._cache.get(item.key)
+        if compiled is None and sightings < self.compile_after or isinstance(compiled, Segment):
+            segment = compiled or make_segment(item.key, item.entries)
             if interpretable(segment):
                 self._queue.join()  # everything issued before it runs first
                 with capture.bypass(), record.stop_recording():
@@ -178,13 +180,29 @@ class GraphRunner:
     def _execute(self, item: WorkItem) -> None:
         function = self._cache.get(item.key)
         if function is None:
-            segment = make_segment(item.key, item.entries)
-            function = compile_segment(segment, self.handles, self.xla)
-            self._cache[item.key] = function
-            self._segments.append(segment)
+            function = self._cache[item.key] = self._compile(item)
+        if isinstance(function, Segment):  # it cannot be compiled: its ops run one by one
+            args = [_argument(a, dtype) for a, (dtype, _) in zip(item.args, function.args)]
+            self._deliver_values(item, run_segment(function, args, self.handles))
+            return
         specs = function.structured_input_signature[0]
         args = [_argument(a, spec.dtype) for a, spec in zip(item.args, specs)]
         self._deliver_values(item, function._call_flat(args, function.captured_inputs))
+
+    def _compile(self, item: WorkItem):
+        """The compiled function of ``item``'s segment; the segment itself when TensorFlow
+        cannot build it as a graph although its ops ran eagerly (an argument whose value
+        the graph needs for a static shape, as ``RaggedTensor.to_tensor`` has)."""
+        segment = make_segment(item.key, item.entries)
+        try:
+            function = compile_segment(segment, self.handles, self.xla)
+        except (ValueError, TypeError):
+            if not interpretable(segment):
+                raise
+            self.uncompilable += 1
+            return segment
+        self._segments.append(segment)
+        return function
 
     @staticmethod
     def _deliver_values(item: WorkItem, values: list) -> None:

@@ -65,8 +65,9 @@ def _small_integer_value(x: Any):
 
 
 def input_specs(flat: list, known: tuple) -> tuple | None:
-    """(dtype name, shape) of each input: a tensor's own, a Python value's from ``known`` (the
-    sibling call's specs, when there is one per input), else None."""
+    """(dtype name, shape) of each input: a tensor's own; for a Python value or array, the dtype
+    the sibling call converted it to (``known``, one spec per input) and its own shape; else
+    None."""
     specs = []
     for i, x in enumerate(flat):
         if type(x) is Placeholder:
@@ -74,7 +75,10 @@ def input_specs(flat: list, known: tuple) -> tuple | None:
         elif type(x) is ops.EagerTensor:
             specs.append((x.dtype.name, x._shape_tuple()))
         elif len(flat) == len(known):
-            specs.append(known[i])
+            try:
+                specs.append((known[i][0], np.shape(x)))
+            except ValueError:  # a ragged nest of lists
+                return None
         else:
             return None
     return tuple(specs)
