@@ -68,7 +68,6 @@ class GraphRunner:
         self.error: BaseException | None = None  # the last failure
         self.generation = 0  # bumped when Python is told of a failure
         self._failed_generation = -1
-        self.compiled = 0
         self._cache: dict[tuple, Any] = {}
         self._segments: list[Segment] = []
         self._queue: queue.Queue = queue.Queue(maxsize=max_ahead)
@@ -85,15 +84,24 @@ class GraphRunner:
         self.ops_submitted += len(item.entries)
         if sightings == 1:
             self.ops_new += len(item.entries)
-        compiled = self._cache.get(item.key)
-        if compiled is None and sightings < self.compile_after or isinstance(compiled, Segment):
-            segment = compiled or make_segment(item.key, item.entries)
-            if interpretable(segment):
-                self._queue.join()  # everything issued before it runs first
-                with capture.bypass(), record.stop_recording():
-                    self._process(item, segment)
-                return
-        self._queue.put(item)
+        segment = self._to_interpret(item, sightings)
+        if segment is None:
+            self._queue.put(item)
+            return
+        self._queue.join()  # everything issued before it runs first
+        with capture.bypass(), record.stop_recording():  # not Python's ops: nothing to record
+            self._process(item, segment)
+
+    def _to_interpret(self, item: WorkItem, sightings: int) -> Segment | None:
+        """The segment to run op by op in this thread: one not worth compiling yet, or one
+        TensorFlow could not compile; None: queue it for the compiled function."""
+        cached = self._cache.get(item.key)
+        if isinstance(cached, Segment):
+            return cached
+        if cached is None and sightings < self.compile_after:
+            segment = make_segment(item.key, item.entries)
+            return segment if interpretable(segment) else None
+        return None
 
     def _sighted(self, key: tuple) -> int:
         """How many times ``key`` has been submitted, this one included."""

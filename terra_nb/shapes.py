@@ -18,9 +18,7 @@ from tensorflow.python.framework import ops
 
 from .generator import SegmentOp, lower
 from .placeholder import Placeholder
-from .signature import Entry
-
-_MAX_VALUES = 16
+from .signature import MAX_VALUES, Entry
 
 
 def infer_outputs(entry: Entry, attrs: tuple, specs: tuple, flat: list) -> list[tuple] | None:
@@ -53,13 +51,13 @@ def _graph_input(x: Any, dtype: str, shape: tuple | None):
 def _small_integer_value(x: Any):
     """The value of an input that may define shapes (a few integers), else None."""
     if type(x) is ops.EagerTensor:
-        small = x.dtype.is_integer and np.prod(x._shape_tuple()) <= _MAX_VALUES
+        small = x.dtype.is_integer and np.prod(x._shape_tuple()) <= MAX_VALUES
         return x._numpy_internal() if small else None  # not a fetch: x is a real value already
     if type(x) is int or type(x) is bool or isinstance(x, np.integer):
         return x
     if type(x) is np.ndarray:
-        return x if x.dtype.kind in "iu" and x.size <= _MAX_VALUES else None
-    if type(x) in (list, tuple) and len(x) <= _MAX_VALUES and all(type(e) is int for e in x):
+        return x if x.dtype.kind in "iu" and x.size <= MAX_VALUES else None
+    if type(x) in (list, tuple) and len(x) <= MAX_VALUES and all(type(e) is int for e in x):
         return list(x)
     return None
 

@@ -30,7 +30,7 @@ _INDEX_ATTRS = {
 }
 _SHAPE_INPUTS = {"RandomUniform": (0,), "RandomStandardNormal": (0,), "TruncatedNormal": (0,),
                  "RandomUniformInt": (0,), "ScatterNd": (2,)}
-_MAX_VALUES = 16
+MAX_VALUES = 16  # a shape-defining input of at most this many values is part of a signature
 
 
 class OpInfo:
@@ -81,7 +81,7 @@ def input_sig(x: Any, shape_like: bool) -> tuple:
         if enum == _RESOURCE_ENUM:  # which variable decides the shapes of what is read
             return (enum, x._id)
         shape = x._shape_tuple()
-        if shape_like and enum in _INT_ENUMS and _size(shape) <= _MAX_VALUES:
+        if shape_like and enum in _INT_ENUMS and _size(shape) <= MAX_VALUES:
             return (enum, shape, tuple(x._numpy_internal().ravel().tolist()))
         return (enum, shape)
     if t is TensorRef:  # a placeholder in the iteration log: the same form as Placeholder.sig
@@ -93,7 +93,7 @@ def input_sig(x: Any, shape_like: bool) -> tuple:
     if t is list or t is tuple:
         return (t, tuple(input_sig(e, shape_like) for e in x))
     if t is np.ndarray:
-        if shape_like and x.dtype.kind in "iu" and x.size <= _MAX_VALUES:
+        if shape_like and x.dtype.kind in "iu" and x.size <= MAX_VALUES:
             return (t, x.dtype.str, x.shape, tuple(x.ravel().tolist()))
         return (t, x.dtype.str, x.shape)
     if isinstance(x, np.generic):
