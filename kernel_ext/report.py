@@ -1,7 +1,8 @@
 """Plain-text reports on a finished ``%%terra`` run: status, summary line, timeline, export.
 
 Everything here reads only the public results of a ``terra_nb.Terra`` (``stats``, ``graph``,
-``spans``, ``explain()``) and returns plain data or text; nothing is displayed.
+``spans``, ``explain()``, ``programs``, ``runs_op_by_op``) and returns plain data or text;
+nothing is displayed.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class Status:
     nodes: int
     error: str = ""
     stopped_at: int | None = None
+    programs: int = 0  # graph segments compiled
+    runs_op_by_op: int = 0  # segment runs that executed their ops one by one
 
     def __str__(self) -> str:
         covered = "never" if self.covered_at is None else f"from iteration {self.covered_at}"
@@ -40,6 +43,7 @@ class Status:
             f"covered     {covered}",
             f"fallbacks   {self.fallbacks}",
             f"TraceGraph  {self.nodes} nodes",
+            f"segments    {self.programs} compiled, {self.runs_op_by_op} runs op by op",
         ]
         if self.error:
             where = "" if self.stopped_at is None else f" in iteration {self.stopped_at}"
@@ -68,6 +72,8 @@ def status_of(terra: Any, error: BaseException | None = None) -> Status:
         nodes=len(terra.graph.nodes),
         error="" if error is None else type(error).__name__,
         stopped_at=stats[-1].iteration if stopped else None,
+        programs=len(terra.programs),
+        runs_op_by_op=terra.runs_op_by_op,
     )
 
 

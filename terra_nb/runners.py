@@ -190,6 +190,7 @@ class GraphRunner:
         if function is None:
             function = self._cache[item.key] = self._compile(item)
         if isinstance(function, Segment):  # it cannot be compiled: its ops run one by one
+            self.interpreted += 1
             args = [_argument(a, dtype) for a, (dtype, _) in zip(item.args, function.args)]
             self._deliver_values(item, run_segment(function, args, self.handles))
             return

@@ -258,6 +258,13 @@ class Terra:
         return runner.graph.programs if runner is not None else ()
 
     @property
+    def runs_op_by_op(self) -> int:
+        """Graph segment runs that executed their ops one by one instead of a compiled function
+        (a segment's first run, see ``compile_after``, or one TensorFlow could not compile)."""
+        runner = getattr(self._engine, "runner", None)
+        return runner.graph.interpreted if runner is not None else 0
+
+    @property
     def spans(self) -> tuple[RunnerSpan, ...]:
         """The runners' exec/stall spans, for the timeline."""
         return tuple(self._spans) + tuple(getattr(self._engine, "graph_spans", ()))

@@ -37,6 +37,8 @@ def test_status_reports_the_last_run(ran):
     assert status.speed > 0 and status.error == ""
     assert ran.run_line_magic("terra", "") == status  # status is the default
     assert "iterations  4 (4 completed)" in str(status)
+    assert (status.programs, status.runs_op_by_op) == (len(terra.programs), terra.runs_op_by_op)
+    assert f"segments    {status.programs} compiled, " in str(status)
 
 
 def test_status_after_an_error_names_it(ip):

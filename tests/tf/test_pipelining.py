@@ -126,6 +126,7 @@ def test_a_new_trip_count_co_executes_and_runs_eagerly_instead_of_compiling():
         assert [s.phase for s in terra.stats][2:] == ["coexec"] * 9
     # Compiling each one-off segment costs far more than running its ops once.
     assert len(at_once_terra.programs) >= 9 and not default_terra.programs
+    assert at_once_terra.runs_op_by_op == 0 and default_terra.runs_op_by_op >= 9
 
 
 def test_a_new_slice_index_is_answered_without_a_fallback():
