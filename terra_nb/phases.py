@@ -162,7 +162,7 @@ class CoexecEngine:
         stalls = runner.take_stall_spans()
         if trace is None:
             self._count_one_off()
-            return IterationResult("coexec", runner.ops, None, runner.fetches, True, stalls,
+            return IterationResult("coexec", runner.ops, runner.feeds, runner.fetches, True, stalls,
                                    path=tuple(runner.path))
         covered, known = _merge(self.learned, trace, runner.log.signatures)
         fell_back = runner.divergence is not None

@@ -93,6 +93,7 @@ class PythonRunner:
         self.iteration = 0
         self.stall = 0.0
         self.fetches = 0
+        self.feeds = 0
         self.ops = 0
         self._stall_spans: list[RunnerSpan] = []
         self.divergence: tuple[str, str, str] | None = None  # (reason, op type, location)
@@ -111,6 +112,7 @@ class PythonRunner:
         self.state = "coexec" if coexec else "tracing"
         self.stall = 0.0
         self.fetches = 0
+        self.feeds = 0
         self.divergence = None
         self.path: list[int] = []  # nodes answered with placeholders this iteration
 
@@ -292,7 +294,8 @@ class PythonRunner:
             self.interrupts.leave()
 
     def _submit(self, head: list) -> None:
-        ops_key, entries, args, outs = self._build(head)
+        ops_key, entries, args, outs, fed = self._build(head)
+        self.feeds += fed
         head.clear()
         # A placeholder only this runner refers to (the ``outs`` tuple, the loop variable and
         # getrefcount's argument) can never be used again: its value need not leave the graph.
@@ -304,7 +307,7 @@ class PythonRunner:
             self._kept.append(weakref.ref(ph))
         if len(self._kept) > 4096:
             self._kept = [ref for ref in self._kept if ref() is not None]
-        if any(type(a) is not Placeholder for a in args):
+        if fed:
             self._moment("feed")  # values from Python enter the graph with this segment
         start = time.perf_counter()
         self.graph.submit(item)
@@ -312,10 +315,11 @@ class PythonRunner:
             item.done.wait()
         self._stalled(start)
 
-    def _build(self, head: list) -> tuple[tuple, list, list, list]:
-        """The ops' key (entry uid and input wiring per op), entries, arguments and outputs.
+    def _build(self, head: list) -> tuple[tuple, list, list, list, int]:
+        """The ops' key (entry uid and input wiring per op), entries, arguments, outputs, and the
+        number of op inputs fed from Python (as a trace counts feeds).
         Wiring: ("op", position, output) | ("arg", index, 0) | ("var", handle id, 0)."""
-        ops_key, entries, args, produced, outs = [], [], [], {}, []
+        ops_key, entries, args, produced, outs, fed = [], [], [], {}, [], 0
         arg_of: dict[int, int] = {}
         for position, (entry, flat, op_outs) in enumerate(head):
             wiring = []
@@ -326,12 +330,14 @@ class PythonRunner:
                     self.handles[x._id] = x
                     wiring.append(("var", x._id, 0))
                 elif type(x) is Placeholder or type(x) is _EAGER:  # one argument per tensor
+                    fed += type(x) is _EAGER
                     index = arg_of.get(id(x))
                     if index is None:
                         index = arg_of[id(x)] = len(args)
                         args.append(x)
                     wiring.append(("arg", index, 0))
                 else:  # a Python value: its dtype is this input's (the same 1 may be int or float)
+                    fed += 1
                     wiring.append(("arg", len(args), 0))
                     args.append(x)
             ops_key.append((entry.uid, tuple(wiring)))
@@ -339,7 +345,7 @@ class PythonRunner:
             for k, ph in enumerate(op_outs):
                 produced[id(ph)] = ("op", position, k)
                 outs.append((position, k, ph))
-        return tuple(ops_key), entries, args, outs
+        return tuple(ops_key), entries, args, outs, fed
 
     def materialise(self, placeholder: Placeholder):
         """A fetch: the real value of ``placeholder``, waiting for the graph if needed."""

@@ -196,3 +196,16 @@ def test_a_loop_whose_path_never_repeats_goes_eager():
     assert co == plain
     phases = [s.phase for s in terra.stats]
     assert phases == ["tracing"] * 2 + ["coexec"] * 10 + ["eager"] * 6
+
+
+def test_co_executed_iterations_count_their_feeds_as_traced_ones_do():
+    v = tf.Variable(tf.ones((2, 3)))
+    batches = [np.full((2, 3), i, np.float32) for i in range(6)]
+    with Terra(mode="coexec") as terra:
+        for x in terra.loop(batches):
+            v.assign_add(v * x * 0.01)  # x comes from Python: one feed per use
+            float(tf.reduce_sum(v * 2.0))
+    stats = terra.stats
+    assert [s.phase for s in stats] == ["tracing"] * 2 + ["coexec"] * 4
+    assert stats[2].feeds == stats[1].feeds > 0
+    assert all(s.feeds == stats[1].feeds and s.fetches == stats[1].fetches for s in stats[2:])
