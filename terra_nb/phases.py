@@ -107,12 +107,15 @@ class CoexecEngine:
 
     After ``max_fallbacks`` fallbacks within ``window`` iterations it warns and stays in tracing.
     When ``one_off_window`` co-executed iterations in a row ran (almost) only segments never seen
-    before, the loop's path never repeats (a trip count new every time): nothing compiled is ever
-    reused, so it warns and runs the rest of the loop eagerly, which is faster.
+    before, the loop's path does not repeat (a trip count new every time): nothing compiled is
+    reused, so it warns and runs the next ``eager_span`` iterations eagerly, which is faster; then
+    it tries co-execution again (paths may repeat by then: shuffled buckets), waiting twice as long
+    each time it goes eager again.
     """
 
     window = 20
     one_off_window = 10
+    eager_span = 50
 
     def __init__(self, learned: Learned, *, lazy: bool, xla: bool, max_fallbacks: int,
                  compile_after: int = 2) -> None:
@@ -123,6 +126,8 @@ class CoexecEngine:
         self.ready = bool(learned.index.entries) and learned.builder.traces > 0
         self.gave_up = False
         self.eager = False
+        self._eager_until = 0  # the first iteration to co-execute again
+        self._eager_span = self.eager_span
         self._fallback_iterations: list[int] = []
         self._one_off: list[bool] = []  # per co-executed iteration: were its segments all new?
         self._ops_seen = (0, 0)
@@ -141,6 +146,9 @@ class CoexecEngine:
 
     def begin(self, root_frame, iteration: int):
         self._iteration = iteration
+        if self.eager and iteration >= self._eager_until:
+            self.eager = False  # try co-execution again
+            self._one_off.clear()
         if self.eager:  # eager ops wait for the graph to finish first (the barrier)
             return contextlib.nullcontext()
         self.runner.begin(root_frame, iteration, coexec=self.ready and not self.gave_up)
@@ -182,13 +190,17 @@ class CoexecEngine:
         recent = self._one_off[-self.one_off_window :]
         if len(recent) == self.one_off_window and all(recent):
             self.eager = True
-            warnings.warn(
-                f"terra-nb: the last {self.one_off_window} co-executed iterations took paths "
-                f"never taken before (a loop whose trip count is new every time?), so nothing "
-                f"compiled is reused; running the rest of this loop eagerly.",
-                RuntimeWarning,
-                stacklevel=5,
-            )
+            self._eager_until = self._iteration + 1 + self._eager_span
+            if self._eager_span == self.eager_span:  # the first time
+                warnings.warn(
+                    f"terra-nb: the last {self.one_off_window} co-executed iterations took paths "
+                    f"never taken before (a loop whose trip count is new every time?), so nothing "
+                    f"compiled is reused; running the next {self._eager_span} iterations eagerly "
+                    f"(then trying again).",
+                    RuntimeWarning,
+                    stacklevel=5,
+                )
+            self._eager_span *= 2
 
     def _count_fallback(self) -> None:
         self._fallback_iterations.append(self._iteration)

@@ -209,3 +209,30 @@ def test_co_executed_iterations_count_their_feeds_as_traced_ones_do():
     assert [s.phase for s in stats] == ["tracing"] * 2 + ["coexec"] * 4
     assert stats[2].feeds == stats[1].feeds > 0
     assert all(s.feeds == stats[1].feeds and s.fetches == stats[1].fetches for s in stats[2:])
+
+
+def test_after_going_eager_a_loop_tries_co_execution_again(monkeypatch):
+    from terra_nb.phases import CoexecEngine
+
+    monkeypatch.setattr(CoexecEngine, "eager_span", 3)
+    trips = list(range(1, 15)) + [3, 4] * 10  # new trip counts, then two that repeat
+
+    def run(loop):
+        v = tf.Variable(tf.fill((2, 2), 0.5))
+        out = []
+        for n in loop(trips):
+            h = v * 1.0
+            for _ in range(n):
+                h = tf.tanh(h) * 1.5
+            v.assign(h)
+            out.append(float(tf.reduce_sum(h)))
+        return out, v.numpy().tolist()
+
+    plain = run(lambda it: it)
+    with pytest.warns(RuntimeWarning, match="never taken before"), Terra() as terra:
+        co = run(terra.loop)
+    assert co == plain
+    phases = [s.phase for s in terra.stats]
+    assert phases[:15] == ["tracing"] * 2 + ["coexec"] * 10 + ["eager"] * 3
+    assert phases[-10:] == ["coexec"] * 10  # the repeating paths co-execute, compiled
+    assert terra.programs
