@@ -93,33 +93,27 @@ def test_only_ops_with_side_effects_wait_for_every_earlier_op():
     assert v.numpy().tolist() == expected_v
 
 
-def _one_off_trip_counts(**options):
-    """A loop whose inner loop runs a trip count never seen before, every iteration."""
+def _tanh_loop(loop, trip_counts):
+    """A loop whose inner Python loop runs ``trip_counts[i]`` times in iteration ``i``."""
     v = tf.Variable(tf.fill((4, 4), 0.5))
-    losses = []
-    with Terra(mode="coexec", **options) as terra:
-        for trips in terra.loop(range(3, 14)):
-            h = v * 1.0
-            for _ in range(trips):
-                h = tf.tanh(h)
-            v.assign(h)
-            losses.append(float(tf.reduce_sum(h)))
-    return (losses, v.numpy().tolist()), terra
+    out = []
+    for trips in loop(trip_counts):
+        h = v * 1.0
+        for _ in range(trips):
+            h = tf.tanh(h) * 1.5
+        v.assign(h)
+        out.append(float(tf.reduce_sum(h)))
+    return out, v.numpy().tolist()
 
 
 def test_a_new_trip_count_co_executes_and_runs_eagerly_instead_of_compiling():
-    v = tf.Variable(tf.fill((4, 4), 0.5))
-    losses = []
-    for trips in range(3, 14):
-        h = v * 1.0
-        for _ in range(trips):
-            h = tf.tanh(h)
-        v.assign(h)
-        losses.append(float(tf.reduce_sum(h)))
-    plain = (losses, v.numpy().tolist())
-
-    at_once, at_once_terra = _one_off_trip_counts(compile_after=1)
-    default, default_terra = _one_off_trip_counts()
+    trip_counts = range(3, 14)  # a trip count never seen before, every iteration
+    plain = _tanh_loop(lambda it: it, trip_counts)
+    runs = {}
+    for compile_after in (1, 2):
+        with Terra(mode="coexec", compile_after=compile_after) as terra:
+            runs[compile_after] = (_tanh_loop(terra.loop, trip_counts), terra)
+    (at_once, at_once_terra), (default, default_terra) = runs[1], runs[2]
     assert at_once == plain and default == plain
     for terra in (at_once_terra, default_terra):
         # every call is known after two iterations, though the TraceGraph grows each time
@@ -179,20 +173,10 @@ def test_an_rnn_over_ever_longer_sequences_co_executes():
 
 
 def test_a_loop_whose_path_never_repeats_goes_eager():
-    def run(loop):
-        v = tf.Variable(tf.fill((4, 4), 0.5))
-        out = []
-        for trips in loop(range(1, 19)):
-            h = v * 1.0
-            for _ in range(trips):  # a trip count never seen before, every iteration
-                h = tf.tanh(h) * 1.5
-            v.assign(h)
-            out.append(float(tf.reduce_sum(h)))
-        return out, v.numpy().tolist()
-
-    plain = run(lambda it: it)
+    trip_counts = range(1, 19)  # a trip count never seen before, every iteration
+    plain = _tanh_loop(lambda it: it, trip_counts)
     with pytest.warns(RuntimeWarning, match="never taken before"), Terra() as terra:
-        co = run(terra.loop)
+        co = _tanh_loop(terra.loop, trip_counts)
     assert co == plain
     phases = [s.phase for s in terra.stats]
     assert phases == ["tracing"] * 2 + ["coexec"] * 10 + ["eager"] * 6
@@ -215,22 +199,10 @@ def test_after_going_eager_a_loop_tries_co_execution_again(monkeypatch):
     from terra_nb.phases import CoexecEngine
 
     monkeypatch.setattr(CoexecEngine, "eager_span", 3)
-    trips = list(range(1, 15)) + [3, 4] * 10  # new trip counts, then two that repeat
-
-    def run(loop):
-        v = tf.Variable(tf.fill((2, 2), 0.5))
-        out = []
-        for n in loop(trips):
-            h = v * 1.0
-            for _ in range(n):
-                h = tf.tanh(h) * 1.5
-            v.assign(h)
-            out.append(float(tf.reduce_sum(h)))
-        return out, v.numpy().tolist()
-
-    plain = run(lambda it: it)
+    trip_counts = list(range(1, 15)) + [3, 4] * 10  # new trip counts, then two that repeat
+    plain = _tanh_loop(lambda it: it, trip_counts)
     with pytest.warns(RuntimeWarning, match="never taken before"), Terra() as terra:
-        co = run(terra.loop)
+        co = _tanh_loop(terra.loop, trip_counts)
     assert co == plain
     phases = [s.phase for s in terra.stats]
     assert phases[:15] == ["tracing"] * 2 + ["coexec"] * 10 + ["eager"] * 3
