@@ -60,7 +60,6 @@ class GraphRunner:
         self.xla = xla
         self.compile_after = compile_after
         self.interpreted = 0  # segments run eagerly, op by op, instead of compiled
-        self.uncompilable = 0  # segments TensorFlow could not build as a graph
         self.ops_submitted = 0
         self.ops_new = 0  # ops in segments submitted for the first time
         self._sightings: dict[tuple, int] = {}
@@ -208,7 +207,6 @@ class GraphRunner:
         except (ValueError, TypeError):
             if not interpretable(segment):
                 raise
-            self.uncompilable += 1
             return segment
         self._segments.append(segment)
         return function
