@@ -171,9 +171,7 @@ class GraphRunner:
             if item.generation == self._failed_generation:
                 item.error = self.error  # issued after the failed op: never runs
             elif interpret is not None:
-                self.interpreted += 1
-                args = [_argument(a, dtype) for a, (dtype, _) in zip(item.args, interpret.args)]
-                self._deliver_values(item, run_segment(interpret, args, self.handles))
+                self._run_op_by_op(item, interpret)
             else:
                 self._execute(item)
         except BaseException as error:  # kept and raised in the Python thread
@@ -189,13 +187,16 @@ class GraphRunner:
         if function is None:
             function = self._cache[item.key] = self._compile(item)
         if isinstance(function, Segment):  # it cannot be compiled: its ops run one by one
-            self.interpreted += 1
-            args = [_argument(a, dtype) for a, (dtype, _) in zip(item.args, function.args)]
-            self._deliver_values(item, run_segment(function, args, self.handles))
+            self._run_op_by_op(item, function)
             return
         specs = function.structured_input_signature[0]
         args = [_argument(a, spec.dtype) for a, spec in zip(item.args, specs)]
         self._deliver_values(item, function._call_flat(args, function.captured_inputs))
+
+    def _run_op_by_op(self, item: WorkItem, segment: Segment) -> None:
+        self.interpreted += 1
+        args = [_argument(a, dtype) for a, (dtype, _) in zip(item.args, segment.args)]
+        self._deliver_values(item, run_segment(segment, args, self.handles))
 
     def _compile(self, item: WorkItem):
         """The compiled function of ``item``'s segment; the segment itself when TensorFlow
