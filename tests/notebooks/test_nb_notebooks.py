@@ -151,6 +151,14 @@ def test_how_it_works():
     assert "graph exec while tracing: 0.0" in timeline
     assert shows_view(book, book.cell("import terra_nb.views"), "StaticTimeline")
 
+    grown = book.text(book.cell("def grow(loop):"))
+    phases = ast.literal_eval(re.search(r"phases: (\[.*\])", grown).group(1))
+    assert phases == ["tracing"] * 2 + ["coexec"] * 8
+    counts = re.search(
+        r"fallbacks: (\d+) \| compiled segments: (\d+) \| runs op by op: (\d+)", grown)
+    assert counts and counts.groups()[:2] == ("0", "0") and int(counts.group(3)) >= 8
+    assert "same as eager: True" in grown
+
 
 def test_debugging():
     book = executed("debugging")
