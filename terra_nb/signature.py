@@ -10,6 +10,8 @@ the signature too, so an entry's output shapes are always right.
 
 from __future__ import annotations
 
+import itertools
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,6 +162,8 @@ class Entry:
 class SignatureIndex:
     """Call signature -> Entry (or FAST_FALLBACK), learned from traced iterations."""
 
+    max_inferred = 10_000
+
     def __init__(self) -> None:
         self.entries: dict[tuple, Entry | str] = {}
         self.node_locations: dict[int, str] = {}  # TraceGraph node -> file:line
@@ -167,6 +171,10 @@ class SignatureIndex:
         # up to such a node as soon as it is issued, so the value is ready when Python asks.
         self.fetched_nodes: set[int] = set()
         self._sites: dict[tuple, list[tuple]] = {}  # (op name, loc) -> signatures, for explain
+        self._uids = itertools.count()
+        # Calls answered by shape inference, oldest first: a loop indexing by its step (``x[i]``)
+        # makes one per iteration, so only the newest ``max_inferred`` are kept.
+        self._inferred: deque[tuple] = deque()
         # site_key of a known call -> its answer (another call at the same site is answered
         # alike, with output shapes from shape inference)
         self._siblings: dict[tuple, Entry | str] = {}
@@ -185,7 +193,7 @@ class SignatureIndex:
             if sig not in self.entries:
                 structure = "list" if sig[2] and isinstance(sig[0], bytes) else None
                 self.entries[sig] = Entry(
-                    uid=len(self.entries),
+                    uid=next(self._uids),
                     node=mapping[op.index],
                     op_type=op.op_type,
                     attrs=op.attrs,
@@ -212,22 +220,23 @@ class SignatureIndex:
             outputs: list[tuple] = ()) -> Entry | str:
         """Know ``sig``: ``sibling``'s answer with these attrs, (dtype name, shape) inputs and
         outputs (a fast-path fallback stays one)."""
-        if sibling is FAST_FALLBACK:  # the fast path refuses this call as it refused the sibling
-            self.entries[sig] = FAST_FALLBACK
-            return FAST_FALLBACK
-        entry = Entry(
-            uid=len(self.entries),
-            node=sibling.node,
-            op_type=sibling.op_type,
-            attrs=attrs,
-            flat_attrs=tuple(x for kv in attrs for x in kv),
-            inputs=inputs,
-            outputs=tuple(_output_spec(TensorSpec(d, s)) for d, s in outputs),
-            structure=sibling.structure,
-        )
-        self.entries[sig] = entry
-        self._sites.setdefault(sig[:2], []).append(sig)
-        return entry
+        answer: Entry | str = FAST_FALLBACK  # the fast path refuses it as it refused the sibling
+        if sibling is not FAST_FALLBACK:
+            answer = Entry(
+                uid=next(self._uids),
+                node=sibling.node,
+                op_type=sibling.op_type,
+                attrs=attrs,
+                flat_attrs=tuple(x for kv in attrs for x in kv),
+                inputs=inputs,
+                outputs=tuple(_output_spec(TensorSpec(d, s)) for d, s in outputs),
+                structure=sibling.structure,
+            )
+        self.entries[sig] = answer
+        self._inferred.append(sig)
+        if len(self._inferred) > self.max_inferred:
+            self.entries.pop(self._inferred.popleft(), None)
+        return answer
 
     def why_unknown(self, sig: tuple) -> str:
         """A short reason why ``sig`` is not in the index."""

@@ -208,3 +208,25 @@ def test_after_going_eager_a_loop_tries_co_execution_again(monkeypatch):
     assert phases[:15] == ["tracing"] * 2 + ["coexec"] * 10 + ["eager"] * 3
     assert phases[-10:] == ["coexec"] * 10  # the repeating paths co-execute, compiled
     assert terra.programs
+
+
+def test_calls_answered_by_shape_inference_are_kept_in_bounded_number(monkeypatch):
+    from terra_nb.signature import SignatureIndex
+
+    monkeypatch.setattr(SignatureIndex, "max_inferred", 5)
+
+    def run(loop):
+        table = tf.Variable(tf.range(40.0))
+        out = []
+        for step in loop(range(30)):
+            out.append(float(table[step] * 2.0))  # a new index every step: a new signature
+            table.assign_add(tf.ones(40))
+        return out, table.numpy().tolist()
+
+    plain = run(lambda it: it)
+    with Terra() as terra:
+        co = run(terra.loop)
+    assert co == plain
+    assert [s.phase for s in terra.stats][2:] == ["coexec"] * 28
+    index = terra.learned.index
+    assert len(index.entries) < 20, len(index.entries)  # 28 new indices, 5 kept
