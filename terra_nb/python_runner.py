@@ -102,7 +102,7 @@ class PythonRunner:
         self._resizable: dict[int, bool] = {}  # variable handle id -> shape not fully defined
         self.interrupts = DeferredInterrupts()
         # lazy mode is LazyTensor: nothing runs before Python asks for it
-        self._prefetch: set[int] = set() if lazy else index.fetched_nodes
+        self._prefetch: set[int] | frozenset[int] = frozenset() if lazy else index.fetched_nodes
 
     # -- iterations -------------------------------------------------------------------------
 
@@ -192,8 +192,10 @@ class PythonRunner:
         """An answer to a call that differs from a known one only in input shapes, shape-defining
         values or the length of a list of equal inputs, with output shapes from inference."""
         sibling = self.index.sibling(sig)
-        if sibling is None or sibling is FAST_FALLBACK:
-            return sibling if sibling is None else self.index.add(sig, sibling)
+        if sibling is None:
+            return None
+        if sibling is FAST_FALLBACK:
+            return self.index.add(sig, sibling)
         op_attrs, specs = sibling.attrs, input_specs(flat, sibling.inputs)
         if len(flat) != len(sibling.inputs):  # a list of another length
             op_attrs = None if attrs is not None else with_list_lengths(
@@ -366,8 +368,7 @@ class PythonRunner:
             if self.lazy:
                 self._wait_idle()
         self.fetches += 1
-        if not self.lazy:
-            self._prefetch.add(placeholder.node)
+        self.index.fetched_nodes.add(placeholder.node)  # learned in every mode; used by coexec
         self._moment("fetch")
         self.log.on_fetch(TensorRef(placeholder))
         return placeholder.value
