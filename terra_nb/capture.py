@@ -279,10 +279,11 @@ def capturing(sink: OpSink) -> Iterator[None]:
 
 @contextmanager
 def bypass() -> Iterator[None]:
-    """Run TensorFlow in this thread without reporting anything (terra-nb's own ops)."""
-    previous = getattr(_local, "sink", None)
-    _local.sink = None
+    """Run TensorFlow in this thread without reporting anything or waiting at the barrier
+    (terra-nb's own ops)."""
+    previous, barrier = getattr(_local, "sink", None), getattr(_local, "barrier", None)
+    _local.sink = _local.barrier = None
     try:
         yield
     finally:
-        _local.sink = previous
+        _local.sink, _local.barrier = previous, barrier

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from . import capture
 from .location import LocationTable
 from .merge import GraphBuilder
+from .program import Program, build_program
 from .python_runner import PythonRunner, SignatureIndex
 from .recorder import TraceRecorder
+from .structure import ProgramError
 from .timeline import RunnerSpan
 
 SWITCH_INTERVAL = 2e-4  # seconds; see CoexecEngine
@@ -30,6 +32,7 @@ class Learned:
     locations: LocationTable = field(default_factory=LocationTable)
     builder: GraphBuilder = field(default_factory=GraphBuilder)
     index: SignatureIndex = field(default_factory=SignatureIndex)
+    handles: dict = field(default_factory=dict)  # variable key -> handle, seen in tracing
 
     def __post_init__(self) -> None:
         self.builder.loop_location = self.locations.loop_text
@@ -72,7 +75,7 @@ class TraceEngine(EagerEngine):
 
     def __init__(self, learned: Learned) -> None:
         self.learned = learned
-        self.recorder = TraceRecorder(learned.locations)
+        self.recorder = TraceRecorder(learned.locations, learned.handles)
         self._iteration = 0
 
     def begin(self, root_frame, iteration: int):
@@ -118,10 +121,13 @@ class CoexecEngine:
     eager_span = 50
 
     def __init__(self, learned: Learned, *, lazy: bool, xla: bool, max_fallbacks: int,
-                 compile_after: int = 2) -> None:
+                 compile_after: int = 2, program: str = "segments") -> None:
         self.learned = learned
         self.runner = PythonRunner(learned.locations, learned.index, lazy=lazy, xla=xla,
-                                   compile_after=compile_after)
+                                   compile_after=compile_after, handles=learned.handles)
+        self.whole = program == "whole"
+        self.program: Program | None = None  # the whole program of the current TraceGraph
+        self.program_error: str | None = None
         self.max_fallbacks = max_fallbacks
         self.ready = bool(learned.index.entries) and learned.builder.traces > 0
         self.gave_up = False
@@ -151,8 +157,28 @@ class CoexecEngine:
             self._one_off.clear()
         if self.eager:  # eager ops wait for the graph to finish first (the barrier)
             return contextlib.nullcontext()
-        self.runner.begin(root_frame, iteration, coexec=self.ready and not self.gave_up)
+        coexec = self.ready and not self.gave_up
+        program = self._program() if coexec and self.whole else None
+        self.runner.begin(root_frame, iteration, coexec=coexec, program=program)
         return capture.capturing(self.runner)
+
+    def _program(self) -> Program | None:
+        """The whole program of the current TraceGraph (generated again when it grew); None,
+        with a warning once, when the TraceGraph cannot be one program (segments then)."""
+        graph = self.learned.builder.finish()
+        if self.program is not None and self.program.graph is graph:
+            return self.program
+        if self.program_error is not None:
+            return None
+        self.runner.sync()  # the old program's runs finish first
+        try:
+            self.program = build_program(graph, self.learned.handles)
+        except ProgramError as error:
+            self.program_error = str(error)
+            warnings.warn(f"terra-nb: co-executing in segments, not one program: {error}",
+                          RuntimeWarning, stacklevel=5)
+            return None
+        return self.program
 
     @contextlib.contextmanager
     def critical(self):
@@ -220,4 +246,5 @@ class CoexecEngine:
 
     @property
     def graph_spans(self) -> list[RunnerSpan]:
-        return self.runner.graph.spans
+        whole = self.runner.whole
+        return self.runner.graph.spans + (whole.spans if whole is not None else [])

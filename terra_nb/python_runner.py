@@ -34,6 +34,8 @@ from .errors import TerraError
 from .interrupts import DeferredInterrupts
 from .location import LocationTable
 from .placeholder import Placeholder
+from .program import Program
+from .program_runner import WholeProgram
 from .recorder import TraceRecorder
 from .runners import GraphRunner, WorkItem
 from .shapes import infer_outputs, input_specs
@@ -45,6 +47,7 @@ from .signature import (
     op_info,
     op_type_of,
 )
+from .structure import PathError
 from .timeline import RunnerSpan
 from .trace import TensorRef, Trace
 
@@ -77,13 +80,14 @@ class PythonRunner:
     intercepts = True
 
     def __init__(self, locations: LocationTable, index: SignatureIndex, *, lazy: bool,
-                 xla: bool, chunk_ops: int = 512, compile_after: int = 2) -> None:
+                 xla: bool, chunk_ops: int = 512, compile_after: int = 2,
+                 handles: dict | None = None) -> None:
         self.locations = locations
         self.index = index
         self.lazy = lazy
         # lazy mode is LazyTensor: the graph runs only when Python needs a value, in one piece
         self.chunk_ops = 1 << 30 if lazy else chunk_ops
-        self.log = TraceRecorder(locations)
+        self.log = TraceRecorder(locations, handles)
         self.handles: dict[int, Any] = {}
         self.graph = GraphRunner(
             self.handles, xla=xla, compile_after=compile_after,
@@ -103,13 +107,25 @@ class PythonRunner:
         self.interrupts = DeferredInterrupts()
         # lazy mode is LazyTensor: nothing runs before Python asks for it
         self._prefetch: set[int] | frozenset[int] = frozenset() if lazy else index.fetched_nodes
+        self.whole: WholeProgram | None = None  # Terra(program="whole"): the runtime of it
+        self._whole_on = False  # this iteration runs in the whole program
+        self._outs: list[weakref.ref] = []  # this iteration's placeholders (whole program)
 
     # -- iterations -------------------------------------------------------------------------
 
-    def begin(self, root_frame, iteration: int, coexec: bool) -> None:
+    def begin(self, root_frame, iteration: int, coexec: bool,
+              program: Program | None = None) -> None:
+        """Start an iteration: co-executed (in ``program`` if given, else in segments) or
+        traced."""
         self.log.begin(root_frame)
         self.iteration = iteration
         self.state = "coexec" if coexec else "tracing"
+        self._whole_on = coexec and program is not None
+        self._outs = []
+        if self._whole_on:
+            if self.whole is None:
+                self.whole = WholeProgram(self.handles)
+            self.whole.begin(program, iteration)
         self.stall = 0.0
         self.fetches = 0
         self.feeds = 0
@@ -132,6 +148,18 @@ class PythonRunner:
 
     def end(self) -> Trace | None:
         """Close the iteration: its trace if any of it was traced, else None."""
+        if self._whole_on and self.state == "coexec":
+            escaping = self.whole.escaping([ph for ref in self._outs if (ph := ref()) is not None])
+            for ph in escaping:  # a fetch point from now on
+                self.log.on_fetch(TensorRef(ph))
+            try:
+                if escaping:
+                    raise PathError(f"a value of node {escaping[0].node} outlives the iteration")
+                self.whole.end()
+            except PathError as error:
+                self._leave_program(str(error), "(end of iteration)", "")
+            self._outs = []
+        self._whole_on = False
         self.flush()
         if self.lazy:
             self._wait_idle()
@@ -146,6 +174,8 @@ class PythonRunner:
         try:
             self.flush()
             self._wait_idle()
+            if self.whole is not None:
+                self.whole.close()
         finally:
             self.graph.close()
             alive = [ph for ref in self._kept if (ph := ref()) is not None]
@@ -175,6 +205,8 @@ class PythonRunner:
             return self._fold(op_type, op_name, args, attrs, flat, loc)
         host = op_type in HOST_OPS or not info.known or (info.stateful and not resources)
         if host or resources and self._reads_resizable_variable(flat):
+            if self._whole_on:  # the program cannot hand over its state mid-iteration
+                self._leave_program("an op Python must run for real", op_type, self._where(loc))
             self.flush()
             self._wait_idle()
             return self._trace_op(run, op_name, args, attrs, loc)
@@ -186,7 +218,7 @@ class PythonRunner:
                 return self._diverge(run, op_name, args, attrs, loc, sig)
         if entry is FAST_FALLBACK:
             raise _FallbackException("terra-nb: the slow path handles this call")
-        return self._answer(entry, op_name, args, attrs, flat, loc)
+        return self._answer(run, entry, op_name, args, attrs, flat, loc)
 
     def _infer(self, sig: tuple, inputs, attrs, flat: list) -> Entry | str | None:
         """An answer to a call that differs from a known one only in input shapes, shape-defining
@@ -229,13 +261,26 @@ class PythonRunner:
 
     # -- answering with placeholders --------------------------------------------------------
 
-    def _answer(self, entry: Entry, op_name, args, attrs, flat: list, loc: int):
+    def _answer(self, run, entry: Entry, op_name, args, attrs, flat: list, loc: int):
         node = entry.node
         for x in flat:  # a loop, not any(): this runs for every op
             if type(x) is np.ndarray:  # the graph reads it later: copy it now
                 flat = [x.copy() if type(x) is np.ndarray else x for x in flat]
                 break
         outs = [Placeholder(spec, self, node, k) for k, spec in enumerate(entry.outputs)]
+        if self._whole_on:
+            try:
+                self.whole.issue(entry, flat, outs)
+            except PathError as error:
+                self._leave_program(str(error), entry.op_type, self._where(loc))
+                return self._trace_op(run, op_name, args, attrs, loc)
+            self._outs.extend(weakref.ref(o) for o in outs)
+            self.path.append(node)
+            self.log.record(op_name, _light(args), attrs, [TensorRef(o) for o in outs], loc)
+            if record.could_possibly_record():
+                execute.record_gradient(entry.op_type, _tensors(flat, entry), entry.flat_attrs,
+                                        outs)
+            return _shaped(entry, outs)
         self._pending.append((entry, flat, outs))
         self.path.append(node)
         self.log.record(op_name, _light(args), attrs, [TensorRef(o) for o in outs], loc)
@@ -243,9 +288,7 @@ class PythonRunner:
             execute.record_gradient(entry.op_type, _tensors(flat, entry), entry.flat_attrs, outs)
         if len(self._pending) >= self.chunk_ops or node in self._prefetch:
             self.flush()  # a value Python read before: the graph computes it while Python goes on
-        if entry.structure == "single":
-            return outs[0]
-        return None if entry.structure == "none" else list(outs)  # the caller may change it
+        return _shaped(entry, outs)
 
     def _trace_op(self, run, op_name, args, attrs, loc: int):
         real = capture.real_values(args)
@@ -270,16 +313,30 @@ class PythonRunner:
             return outputs
         return outputs[0]
 
-    def _diverge(self, run, op_name, args, attrs, loc: int, sig: tuple):
+    def _where(self, loc: int) -> str:
+        """A location's text and its user source line, for ``explain()``."""
         location = self.locations.locations[loc]
         file, line, _ = location.user_frames[-1] if location.user_frames else ("", 0, "")
         source = linecache.getline(file, line).strip() if file else ""
+        return f"{location.text}  {source}"
+
+    def _diverge(self, run, op_name, args, attrs, loc: int, sig: tuple):
         op_type = op_type_of(op_name)
-        self.divergence = (self.index.why_unknown(sig), op_type, f"{location.text}  {source}")
+        self.divergence = (self.index.why_unknown(sig), op_type, self._where(loc))
+        if self._whole_on:
+            self._leave_program(*self.divergence)
         self.flush()
         self._wait_idle()
         self.state = "tracing"
         return self._trace_op(run, op_name, args, attrs, loc)
+
+    def _leave_program(self, reason: str, op_type: str, where: str) -> None:
+        """The iteration leaves the whole program: its run is dropped, the ops Python issued
+        are replayed eagerly (placeholders get values), and it goes on in tracing."""
+        self.divergence = (reason, op_type, where)
+        self._whole_on = False
+        self.state = "tracing"
+        self.whole.abandon()
 
     # -- talking to the GraphRunner ---------------------------------------------------------
 
@@ -351,6 +408,8 @@ class PythonRunner:
 
     def materialise(self, placeholder: Placeholder):
         """A fetch: the real value of ``placeholder``, waiting for the graph if needed."""
+        if placeholder.value is None and self.whole is not None and placeholder.item is None:
+            self._materialise_whole(placeholder)
         if placeholder.value is None:
             if placeholder.item is None:
                 # Split at the op that makes the value: Python waits for that part only, and the
@@ -373,6 +432,16 @@ class PythonRunner:
         self.log.on_fetch(TensorRef(placeholder))
         return placeholder.value
 
+    def _materialise_whole(self, placeholder: Placeholder) -> None:
+        start = time.perf_counter()
+        try:
+            value = self.whole.materialise(placeholder)
+        finally:
+            self._stalled(start)
+        if value is None and self._whole_on:  # not a fetch point: the program keeps it
+            self._leave_program("a value the program does not fetch was read", "fetch",
+                                f"node {placeholder.node}")
+
     def _moment(self, kind: str) -> None:
         """A feed or fetch moment on the PythonRunner's lane of the timeline."""
         now = time.perf_counter()
@@ -390,6 +459,8 @@ class PythonRunner:
         iterations touches state the graph may still be updating)."""
         if self.graph.busy:
             self._wait_idle()
+        if self.whole is not None and not self._whole_on:
+            self.whole.settle()
 
     def _wait_idle(self) -> None:
         start = time.perf_counter()
@@ -397,6 +468,13 @@ class PythonRunner:
             self.graph.wait_idle()
         finally:
             self._stalled(start)
+
+
+def _shaped(entry: Entry, outs: list):
+    """The op's outputs in the structure its wrapper returns."""
+    if entry.structure == "single":
+        return outs[0]
+    return None if entry.structure == "none" else list(outs)  # the caller may change it
 
 
 def _resizable(handle) -> bool:

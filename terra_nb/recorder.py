@@ -29,13 +29,15 @@ class TraceRecorder:
 
     intercepts = False
 
-    def __init__(self, locations: LocationTable) -> None:
+    def __init__(self, locations: LocationTable, handles: dict[str, Any] | None = None) -> None:
         self.locations = locations
         self._raw: list[tuple] = []
         self._fetched: list[Any] = []
         self._attempt: tuple | None = None
         self._previous: dict[int, tuple[int, int]] = {}  # tensor id -> (op, output), last iteration
         self.signatures: list[tuple[tuple, tuple | None]] = []
+        # variable key (``Source.detail``) -> its resource handle, for the generated program
+        self.handles: dict[str, Any] = {} if handles is None else handles
 
     # -- hot path ---------------------------------------------------------------------------
 
@@ -132,7 +134,9 @@ class TraceRecorder:
         if made is not None:
             return Source("op", made[0], made[1])
         if value.dtype == _RESOURCE:
-            return Source("var", detail=f"v{value._id}")
+            key = f"v{value._id}"
+            self.handles[key] = value
+            return Source("var", detail=key)
         made = self._previous.get(value._id)
         if made is not None:
             return Source("carry", made[0], made[1])

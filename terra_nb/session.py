@@ -90,19 +90,27 @@ class Terra:
         strict: bool = False,
         xla: bool = False,
         compile_after: int = 2,
+        program: str = "segments",
         learned: Learned | None = None,
     ) -> None:
         """``max_fallbacks``: fallbacks within 20 iterations after which co-execution gives up
         and stays in tracing; ``strict``: a fallback after warm-up raises; ``xla``: compile the
         graph segments with XLA; ``compile_after``: a graph segment is compiled the n-th time
         it runs, before that its ops run eagerly (a path taken once costs no compile; 1: compile
-        at once); ``learned``: continue from an earlier Terra on the same code."""
+        at once); ``program``: ``"segments"`` runs the confirmed ops in compiled straight-line
+        segments, ``"whole"`` runs each co-executed iteration as one generated program with
+        ``switch_case``/``while_loop`` (coexec mode only; see ``Terra.program``); ``learned``:
+        continue from an earlier Terra on the same code."""
         if mode not in MODES:
             raise TerraUsageError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
         if not isinstance(max_fallbacks, int) or max_fallbacks < 1:
             raise TerraUsageError(f"max_fallbacks must be an int >= 1, got {max_fallbacks!r}")
         if not isinstance(compile_after, int) or compile_after < 1:
             raise TerraUsageError(f"compile_after must be an int >= 1, got {compile_after!r}")
+        if program not in ("segments", "whole"):
+            raise TerraUsageError(f"program must be 'segments' or 'whole', got {program!r}")
+        if program == "whole" and mode != "coexec":
+            raise TerraUsageError(f"program='whole' needs mode='coexec', not {mode!r}")
         if learned is not None and not isinstance(learned, Learned):
             raise TerraUsageError("learned= takes the .learned of an earlier Terra")
         self.mode = mode
@@ -110,6 +118,7 @@ class Terra:
         self.strict = strict
         self.xla = xla
         self.compile_after = compile_after
+        self.program_kind = program
         self.learned = learned if learned is not None else Learned()
         self._state = "new"  # new -> open -> closed
         self._engine: Any = None
@@ -141,7 +150,8 @@ class Terra:
         if self.mode == "trace":
             return TraceEngine(self.learned)
         return CoexecEngine(self.learned, lazy=self.mode == "lazy", xla=self.xla,
-                            max_fallbacks=self.max_fallbacks, compile_after=self.compile_after)
+                            max_fallbacks=self.max_fallbacks, compile_after=self.compile_after,
+                            program=self.program_kind)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
@@ -256,6 +266,12 @@ class Terra:
         """The compiled graph segments (co-execution modes); ``str()`` of each lists its ops."""
         runner = getattr(self._engine, "runner", None)
         return runner.graph.programs if runner is not None else ()
+
+    @property
+    def program(self):
+        """The generated whole program (``Terra(program="whole")``) of the TraceGraph, once
+        co-execution has begun, else None; ``print()`` it to see its cases and loops."""
+        return getattr(self._engine, "program", None)
 
     @property
     def runs_op_by_op(self) -> int:

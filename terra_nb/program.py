@@ -1,0 +1,398 @@
+"""The whole program: a TraceGraph -> one ``tf.function`` for a whole iteration, on any path.
+
+The program follows the TraceGraph's plan (``structure.py``): a ``tf.switch_case`` at each branch
+point, a ``tf.while_loop`` (or an unrolled body) at each loop node, every op node lowered as in a
+segment. It talks to Python through ``Channels``, FIFO queues passed in as arguments:
+
+- **Case Select / Loop Cond** (``path``, int32): before each case, the branch; before each trip of
+  a while loop, 1 or 0; before an op input with several sources, which one; at the end, 1 (commit).
+- **Input Feeding** (``feeds``, one queue per dtype): a value Python made for an op input.
+- **Output Fetching** (``fetches``, one queue per dtype): each fetch point's value, in order.
+
+Variables are captured, and written only at the end: inside the program a variable's writes
+become local values (reads see them), and the last path decision (``COMMIT``) releases the
+assignments. Until then an iteration can be abandoned by closing its channels, and nothing it did
+is visible: Python replays its ops eagerly on the untouched variables. A stateful op that cannot
+be kept local this way (a stateful random op, a print) makes the TraceGraph unfit for one program
+(``ProgramError``); co-execution then runs segments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.python.framework import op_def_registry
+from tensorflow.python.ops import gen_data_flow_ops, gen_resource_variable_ops
+
+from .generator import SegmentOp, lower
+from .structure import (
+    Block,
+    CaseItem,
+    LoopItem,
+    OpItem,
+    ProgramError,
+    describe,
+    plan,
+    same_op,
+)
+from .trace import Source, TensorSpec
+from .tracegraph import TraceGraph, TraceNode
+
+FEED = "feed"  # the candidate of an op input fed from Python (a feed or a carried value)
+_CAPACITY = 1 << 20
+
+
+# Folded by the PythonRunner from static shapes: Python computes them, not the program.
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+
+
+def python_side(graph: TraceGraph) -> frozenset[int]:
+    """Op nodes Python computes itself in co-execution, so the program leaves them out: shape
+    ops (folded from static shapes) and pure ops whose inputs are all fed or Python-side."""
+    out: set[int] = set()
+
+    def walk(parent: int) -> None:
+        for node in graph.region(parent):
+            if node.kind == "loop":
+                walk(node.id)
+            elif node.kind == "op" and _computed_by_python(node, out):
+                out.add(node.id)
+
+    walk(-1)
+    return frozenset(out)
+
+
+def _computed_by_python(node: TraceNode, python: set[int]) -> bool:
+    if node.op_type in SHAPE_OPS:
+        return True
+    op_def = op_def_registry.get(node.op_type)
+    if op_def is None or op_def.is_stateful:
+        return False
+    return all(
+        s.kind == "feed" or s.kind == "node" and s.index in python
+        for seen in node.sources for s in seen
+    )
+
+
+def candidates(node: TraceNode, i: int, python: frozenset[int]) -> tuple[Source | str, ...]:
+    """What input ``i`` of ``node`` can be: the program's node outputs seen there, then ``FEED``
+    if Python ever supplied it (a value, a carried tensor, an output of a Python-side node).
+    With more than one, Python tells the program which (a path decision)."""
+    if node.input_specs[i].dtype == "resource":
+        return ()  # a variable: captured, never chosen
+    seen = node.sources[i]
+    nodes = tuple(s for s in seen if s.kind == "node" and s.index not in python)
+    fed = any(s.kind in ("feed", "carry") or s.kind == "node" and s.index in python for s in seen)
+    return nodes + ((FEED,) if fed else ())
+
+
+@dataclass(slots=True)
+class Channels:
+    """The queues of one run of a program (fresh after an abandoned iteration)."""
+
+    path: Any
+    feeds: dict[str, Any]
+    fetches: dict[str, Any]
+
+    def handles(self) -> list:
+        return [self.path.queue_ref] + [q.queue_ref for _, q in sorted(self.feeds.items())] + [
+            q.queue_ref for _, q in sorted(self.fetches.items())
+        ]
+
+    def close(self) -> None:
+        """Abandon the run: a program waiting on a queue fails at once (``OutOfRangeError``)."""
+        for q in [self.path, *self.feeds.values(), *self.fetches.values()]:
+            q.close(cancel_pending_enqueues=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """The generated program of a TraceGraph: its plan, its channels' dtypes, the function."""
+
+    graph: TraceGraph
+    plan: Block
+    feed_dtypes: tuple[str, ...]
+    fetch_dtypes: tuple[str, ...]
+    written: tuple[str, ...]  # keys of the variables an iteration may write (at commit)
+    function: Any  # ConcreteFunction(path, *feeds, *fetches)
+    options: dict[int, tuple[tuple, ...]]  # node -> per input, its ``candidates``
+    same: dict[int, int]  # ``same_op`` of the graph, for the PathWalker
+
+    def __str__(self) -> str:
+        head = (
+            f"Program({len(self.graph.nodes)} TraceGraph nodes; feeds {list(self.feed_dtypes)}; "
+            f"fetches {list(self.fetch_dtypes)}; commits {len(self.written)} variables)"
+        )
+        return head + "\n" + describe(self.plan, self.graph, "  ")
+
+    def channels(self) -> Channels:
+        path = tf.queue.FIFOQueue(_CAPACITY, [tf.int32], shapes=[[]])
+        feeds = {d: tf.queue.FIFOQueue(_CAPACITY, [tf.as_dtype(d)]) for d in self.feed_dtypes}
+        fetches = {d: tf.queue.FIFOQueue(_CAPACITY, [tf.as_dtype(d)]) for d in self.fetch_dtypes}
+        return Channels(path, feeds, fetches)
+
+    def run(self, channels: Channels) -> None:
+        """Run one iteration (blocks until it commits, or fails when the channels close)."""
+        self.function(*channels.handles())
+
+    def graph_def(self):
+        """The TensorFlow GraphDef of the program (``switch_case`` and ``while_loop`` bodies are
+        in its function library)."""
+        return self.function.graph.as_graph_def()
+
+
+def build_program(graph: TraceGraph, handles: dict[str, Any]) -> Program:
+    """Generate the program of ``graph``; ``handles`` maps variable keys (``v<id>``, as in
+    ``Source.detail``) to their resource handles. Raises ``ProgramError`` if it cannot."""
+    python = python_side(graph)
+    block = plan(graph, unfit(graph, handles, python), python)
+    ops = [n for n in graph.nodes_of("op") if n.id not in python]
+    options = {n.id: tuple(candidates(n, i, python) for i in range(len(n.sources))) for n in ops}
+    feeds = sorted({
+        n.input_specs[i].dtype for n in ops for i, o in enumerate(options[n.id]) if FEED in o
+    })
+    fetches = sorted({n.outputs[k].dtype for n in ops for k in n.fetches})
+    builder = _Builder(graph, block, handles, feeds, fetches, options)
+    resource = tf.TensorSpec([], tf.resource)
+    specs = [resource] * (1 + len(feeds) + len(fetches))
+    function = tf.function(builder.body, autograph=False).get_concrete_function(*specs)
+    return Program(graph, block, tuple(feeds), tuple(fetches), builder.written, function,
+                   options, same_op(graph))
+
+
+class _Builder:
+    """Builds the program body; ``env`` maps (node, output) to tensors, ``state`` maps keys of
+    written variables to their current local values."""
+
+    def __init__(self, graph: TraceGraph, block: Block, handles: dict, feeds: list,
+                 fetches: list, options: dict) -> None:
+        self.graph = graph
+        self.options = options
+        self.handles = handles
+        self.feed_dtypes = feeds
+        self.fetch_dtypes = fetches
+        self.plan = block
+        self.read = {
+            (s.index, s.output) for n in graph.nodes for seen in n.sources for s in seen
+            if s.kind == "node"
+        }
+        self.written: tuple[str, ...] = ()
+        self.dtypes = {  # variable key -> dtype, from the ops that read or write it
+            variable_key(n): _dtype_attr(n) for n in graph.nodes_of("op")
+            if n.op_type in _VARIABLE_RULES and variable_key(n) in handles
+        }
+
+    def body(self, path, *queues):
+        self.path_q = path
+        self.feed_q = dict(zip(self.feed_dtypes, queues[: len(self.feed_dtypes)]))
+        self.fetch_q = dict(zip(self.fetch_dtypes, queues[len(self.feed_dtypes) :]))
+        env: dict = {}
+        state: dict = {}
+        self.block(self.plan, env, state)
+        commit = self.decision()
+        self.written = tuple(sorted(state))
+        with tf.control_dependencies([commit]):
+            for key in self.written:
+                gen_resource_variable_ops.assign_variable_op(self.handles[key], state[key])
+        return commit
+
+    # -- communication ----------------------------------------------------------------------
+
+    def decision(self):
+        return gen_data_flow_ops.queue_dequeue_v2(self.path_q, [tf.int32])[0]
+
+    def feed(self, dtype: str):
+        return gen_data_flow_ops.queue_dequeue_v2(self.feed_q[dtype], [tf.as_dtype(dtype)])[0]
+
+    def fetch(self, value) -> None:
+        gen_data_flow_ops.queue_enqueue_v2(self.fetch_q[value.dtype.name], [value])
+
+    # -- structure --------------------------------------------------------------------------
+
+    def block(self, block: Block, env: dict, state: dict) -> None:
+        for item in block:
+            if type(item) is OpItem:
+                self.op(self.graph.nodes[item.node], env, state)
+            elif type(item) is CaseItem:
+                self.case(item, env, state)
+            elif item.unrolled is not None:
+                for _ in range(item.unrolled):
+                    self.block(item.body, env, state)
+            else:
+                self.loop(item, env, state)
+
+    def case(self, item: CaseItem, env: dict, state: dict) -> None:
+        live = [b for b, cut in zip(item.branches, item.cut) if not cut]
+        keys = sorted(set().union(*(self.defs(b) for b in live)) & self.read)
+        written = sorted(set().union(*(self.writes(b) for b in live)))
+
+        def branch_fn(branch: Block, cut: str | None):
+            def run():
+                inner, inner_state = dict(env), dict(state)
+                if not cut:  # Python never selects a cut branch: it diverges first
+                    self.block(branch, inner, inner_state)
+                values = [inner[k] if k in inner else self.dummy(k) for k in keys]
+                values += [self.current(v, inner_state) for v in written]
+                return values or [tf.constant(0)]
+            return run
+
+        index = self.decision()
+        out = tf.switch_case(index, [branch_fn(b, c) for b, c in zip(item.branches, item.cut)])
+        out = [out] if not isinstance(out, (list, tuple)) else list(out)
+        env.update(zip(keys, out))
+        state.update(zip(written, out[len(keys) :]))
+
+    def loop(self, item: LoopItem, env: dict, state: dict) -> None:
+        keys = sorted(self.defs(item.body) & self.read)
+        written = sorted(self.writes(item.body))
+        init = [env[k] if k in env else self.dummy(k) for k in keys]
+        init += [self.current(v, state) for v in written]
+
+        def cond(trips, *values):
+            return tf.cast(self.decision(), tf.bool)
+
+        def body(trips, *values):
+            inner, inner_state = dict(env), dict(state)
+            inner.update(zip(keys, values))
+            inner_state.update(zip(written, values[len(keys) :]))
+            self.block(item.body, inner, inner_state)
+            return [trips + 1] + [inner[k] for k in keys] + [inner_state[v] for v in written]
+
+        invariants = [tf.TensorShape([])] + [tf.TensorShape(None)] * len(init)
+        out = tf.while_loop(cond, body, [tf.constant(0)] + init, shape_invariants=invariants)
+        env.update(zip(keys, out[1 : 1 + len(keys)]))
+        state.update(zip(written, out[1 + len(keys) :]))
+
+    def defs(self, block: Block) -> set:
+        out: set = set()
+        for item in block:
+            if type(item) is OpItem:
+                node = self.graph.nodes[item.node]
+                out.update((node.id, k) for k in range(len(node.outputs)))
+            elif type(item) is CaseItem:
+                for b, cut in zip(item.branches, item.cut):
+                    out |= set() if cut else self.defs(b)
+            else:
+                out |= self.defs(item.body)
+        return out
+
+    def writes(self, block: Block) -> set:
+        out: set = set()
+        for item in block:
+            if type(item) is OpItem:
+                node = self.graph.nodes[item.node]
+                if node.op_type in _WRITES:
+                    out.add(variable_key(node))
+            elif type(item) is CaseItem:
+                for b, cut in zip(item.branches, item.cut):
+                    out |= set() if cut else self.writes(b)
+            else:
+                out |= self.writes(item.body)
+        return out
+
+    def dummy(self, key: tuple[int, int]):
+        """A stand-in for a value a path did not compute (no op on that path reads it)."""
+        spec: TensorSpec = self.graph.nodes[key[0]].outputs[key[1]]
+        if spec.dtype in ("variant", "resource"):
+            raise ProgramError(
+                f"node {key[0]}: a {spec.dtype} value computed on some paths only cannot cross "
+                f"a case or loop boundary"
+            )
+        shape = [0] * len(spec.shape) if spec.shape is not None else [0]
+        return tf.zeros(shape, tf.as_dtype(spec.dtype))
+
+    # -- ops --------------------------------------------------------------------------------
+
+    def op(self, node: TraceNode, env: dict, state: dict) -> None:
+        inputs = [self.input(node, i, env) for i in range(len(node.sources))]
+        rule = _VARIABLE_RULES.get(node.op_type)
+        if rule is not None:
+            outputs = rule(self, node, inputs, state)
+        else:
+            outputs = lower(SegmentOp(node.id, node.op_type, node.attrs, (), len(node.outputs)),
+                            inputs)
+        for k, value in enumerate(outputs):
+            env[(node.id, k)] = value
+        for k in node.fetches:
+            self.fetch(outputs[k])
+
+    def input(self, node: TraceNode, i: int, env: dict):
+        options = self.options[node.id][i]
+        dtype = node.input_specs[i].dtype
+        if not options:  # a variable
+            return None
+        if len(options) == 1:
+            return self.source(options[0], dtype, env)
+        index = self.decision()
+        return tf.switch_case(index, [
+            (lambda s=s: self.source(s, dtype, env)) for s in options
+        ])
+
+    def source(self, source: Source | str, dtype: str, env: dict):
+        if source == FEED:
+            return self.feed(dtype)
+        key = (source.index, source.output)
+        return env[key] if key in env else self.dummy(key)
+
+    def current(self, key: str, state: dict):
+        """The variable's value at this point of the iteration."""
+        if key in state:
+            return state[key]
+        return gen_resource_variable_ops.read_variable_op(self.handles[key], self.dtypes[key])
+
+
+def unfit(graph: TraceGraph, handles: dict[str, Any], python: frozenset[int]) -> dict[int, str]:
+    """The op nodes the program cannot hold, and why: ops with effects that cannot wait for the
+    commit (making a variable, stateful random ops, prints), function calls, and variable ops
+    that do not name one known variable."""
+    out = {}
+    for node in graph.nodes_of("op"):
+        if node.id in python:
+            continue
+        where = f"node {node.id} ({node.op_type} at {node.location})"
+        if node.op_type in _VARIABLE_RULES:
+            key = variable_key(node)
+            if key not in handles:
+                out[node.id] = f"{where} uses a variable made in the loop or several variables"
+        else:
+            op_def = op_def_registry.get(node.op_type)
+            if op_def is None or op_def.is_stateful:
+                out[node.id] = f"{where} has effects the program cannot hold back to the commit"
+    return out
+
+
+def variable_key(node: TraceNode) -> str:
+    """The key of the variable a variable op uses ("" when it is not always the same one).
+    A handle made by an op (a variable made in the first iteration) is on a cut path."""
+    keys = [s.detail for s in node.sources[0] if s.kind == "var"]
+    return keys[0] if len(keys) == 1 else ""
+
+
+def _dtype_attr(node: TraceNode):
+    return tf.as_dtype(dict(node.attrs)["dtype"])
+
+
+def _read(b: _Builder, node: TraceNode, inputs: list, state: dict) -> list:
+    return [b.current(variable_key(node), state)]
+
+
+def _assign(combine):
+    def rule(b: _Builder, node: TraceNode, inputs: list, state: dict) -> list:
+        key = variable_key(node)
+        value = inputs[1]
+        if combine is not None:
+            value = combine(b.current(key, state), value)
+        state[key] = value
+        return []
+    return rule
+
+
+_VARIABLE_RULES = {
+    "ReadVariableOp": _read,
+    "AssignVariableOp": _assign(None),
+    "AssignAddVariableOp": _assign(tf.add),
+    "AssignSubVariableOp": _assign(tf.subtract),
+}
+_WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")

@@ -1,0 +1,294 @@
+"""Running the whole program: the PythonRunner's side of the channels, and the program's thread.
+
+``WholeProgram`` is used by the PythonRunner in ``Terra(program="whole")``. Each co-executed
+iteration is one run of the generated program (``program.py``) in the ``ProgramThread``. For each
+op Python issues, ``issue`` follows the path (``PathWalker``) and sends the decisions and the fed
+values the program reads at that op; a fetch takes values from the fetch queues, in order. The
+program commits the iteration's variable writes when ``end`` sends the last decision.
+
+On a divergence (an op, a path or a read the program does not hold), ``abandon`` lets the earlier
+iterations commit, closes this iteration's channels (nothing of it was committed) and replays the
+ops Python issued eagerly, one by one, on the untouched variables, so that every placeholder
+Python still holds gets its real value; the iteration then goes on in tracing.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import weakref
+from collections import deque
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.eager import record
+from tensorflow.python.framework import errors
+
+from . import capture
+from .generator import make_segment, run_segment
+from .placeholder import Placeholder
+from .program import FEED, Channels, Program, variable_key
+from .structure import PathError, PathWalker
+from .timeline import RunnerSpan
+
+
+class ProgramThread:
+    """Runs one program call per co-executed iteration, in order, in its own thread."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue = queue.Queue()
+        self.spans: list[RunnerSpan] = []
+        self.error: BaseException | None = None
+        self.done = 0  # iterations finished (committed, abandoned or failed), in order
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="terra-graph-runner", daemon=True)
+        self._thread.start()
+
+    def submit(self, program: Program, channels: Channels, iteration: int) -> None:
+        """Queue a run (runs finish in the order they were queued)."""
+        self._queue.put((program, channels, iteration))
+
+    def wait(self, count: int) -> None:
+        """Block until ``count`` runs have finished."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.done >= count)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def _run(self) -> None:
+        idle = time.perf_counter()
+        while (work := self._queue.get()) is not None:
+            program, channels, iteration = work
+            start = time.perf_counter()
+            self.spans.append(RunnerSpan("graph", "stall", iteration, "coexec", idle, start))
+            try:
+                with capture.bypass():
+                    program.run(channels)
+            except (errors.OutOfRangeError, errors.CancelledError):
+                pass  # abandoned by Python: nothing was committed
+            except BaseException as error:  # a failing op: Python raises it at its next wait
+                self.error = error
+                channels.close()
+            finally:
+                idle = time.perf_counter()
+                self.spans.append(RunnerSpan("graph", "exec", iteration, "coexec", start, idle))
+                with self._cond:
+                    self.done += 1
+                    self._cond.notify_all()
+
+
+class WholeProgram:
+    """The PythonRunner's side of whole-program co-execution (see the module docstring)."""
+
+    def __init__(self, handles: dict[int, Any]) -> None:
+        self.handles = handles  # variable handle id -> handle (for replay)
+        self.thread = ProgramThread()
+        self.program: Program | None = None
+        self.channels: Channels | None = None
+        self.submitted = 0
+        self._walker: PathWalker | None = None
+        self._records: list[tuple] = []  # per issued op: (entry, wiring, output refs)
+        self._args: list = []  # the values fed to the iteration's ops, for the replay
+        self._made: dict[int, tuple[int, int, int]] = {}  # id(placeholder) -> (pos, node, out)
+        self._fetch_order: dict[str, deque] = {}  # dtype -> (iteration, placeholder ref)
+        self._iteration = 0
+        self._ticket = 0
+
+    @property
+    def spans(self) -> list[RunnerSpan]:
+        return self.thread.spans
+
+    # -- iterations -------------------------------------------------------------------------
+
+    def begin(self, program: Program, iteration: int) -> None:
+        """Start a co-executed iteration: queue the program's run for it."""
+        if program is not self.program or self.channels is None:
+            self.settle()  # earlier runs use the old program and channels
+            with capture.bypass():
+                self.program, self.channels = program, program.channels()
+            self._fetch_order = {d: deque() for d in program.fetch_dtypes}
+        self._iteration = iteration
+        self._drain(iteration - 2)  # bounded run-ahead: fetched values do not pile up
+        self._walker = PathWalker(program.plan, program.same)
+        self._records, self._args, self._made = [], [], {}
+        self._latest: dict[tuple[int, int], int] = {}  # (node, output) -> id of its newest value
+        self.thread.submit(program, self.channels, iteration)
+        self.submitted += 1
+        self._ticket = self.submitted
+
+    @staticmethod
+    def escaping(live: list) -> list:
+        """The placeholders among ``live`` that the program does not fetch: when Python holds
+        one past the iteration's end, the iteration cannot end in the program."""
+        return [ph for ph in live if ph.value is None and not getattr(ph, "_queued", False)]
+
+    def end(self) -> None:
+        """Finish the iteration: the program commits once it has run to the end."""
+        with capture.bypass():
+            self._send(self._walker.finish())
+        self._walker = None
+
+    # -- ops --------------------------------------------------------------------------------
+
+    def issue(self, entry, flat: list, outs: list) -> None:
+        """Send what the program reads at ``entry``'s node; raise ``PathError`` if it cannot."""
+        matched, decisions = self._walker.step(entry.node)
+        node = self.program.graph.nodes[matched]
+        if len(flat) != len(node.sources) or entry.attrs != node.attrs:
+            raise PathError(f"node {node.id} called with other attributes or input count")
+        wiring, feeds = [], []
+        for i, x in enumerate(flat):
+            options = self.program.options[node.id][i]
+            if type(x) is Placeholder and id(x) in self._made and x.value is None:
+                pos, src_node, k = self._made[id(x)]
+                if self._latest[(src_node, k)] != id(x):
+                    # the program keeps the latest value of a node, not one per loop trip
+                    raise PathError(f"node {node.id} reads an earlier trip's value of node "
+                                    f"{src_node}")
+                choice = _index_of(options, src_node, k)
+                wiring.append(("op", pos, k))
+            elif not options:  # a variable
+                if type(x) is Placeholder or variable_key(node) != f"v{x._id}":
+                    raise PathError(f"node {node.id} reads another variable")
+                self.handles[x._id] = x
+                choice = None
+                wiring.append(("var", x._id, 0))
+            else:
+                choice = options.index(FEED) if FEED in options else None
+                if choice is None:
+                    raise PathError(f"node {node.id} input {i} is fed where the program computes")
+                value = x.value if type(x) is Placeholder else x
+                if value is None:  # a placeholder of an earlier iteration not fetched yet
+                    value = self.materialise(x)
+                feeds.append((node.input_specs[i].dtype, value))
+                wiring.append(("arg", len(self._args), 0))
+                self._args.append(value)
+            if choice is not None and len(options) > 1:
+                decisions.append(choice)
+        position = len(self._records)
+        for k, ph in enumerate(outs):
+            self._made[id(ph)] = (position, node.id, k)
+            self._latest[(node.id, k)] = id(ph)
+        for k in node.fetches:
+            outs[k]._queued = True
+            self._fetch_order[node.outputs[k].dtype].append((self._iteration, weakref.ref(outs[k])))
+        self._records.append((entry, tuple(wiring), [weakref.ref(o) for o in outs]))
+        with capture.bypass():
+            self._send(decisions)
+            for dtype, value in feeds:
+                self.channels.feeds[dtype].enqueue([tf.convert_to_tensor(value, dtype)])
+
+    def _send(self, decisions: list[int]) -> None:
+        if decisions:
+            self.channels.path.enqueue_many([np.asarray(decisions, np.int32)])
+
+    def materialise(self, ph: Placeholder):
+        """The value of a fetch point's placeholder, from the fetch queue (waiting if needed);
+        None if the program does not fetch it."""
+        if ph.value is not None:
+            return ph.value
+        if not getattr(ph, "_queued", False):
+            return None
+        order = self._fetch_order[ph.dtype.name]
+        while ph.value is None:
+            self._take(order, ph.dtype.name)
+        return ph.value
+
+    def _take(self, order: deque, dtype: str) -> None:
+        iteration, ref = order.popleft()
+        try:
+            with capture.bypass():
+                value = self.channels.fetches[dtype].dequeue()
+        except (errors.OutOfRangeError, errors.CancelledError):
+            self._raise_failure()
+            raise
+        target = ref()
+        if target is not None:
+            target.value = value
+
+    def _drain(self, upto: int) -> None:
+        """Take the fetched values of iterations up to ``upto`` (they are all sent by now)."""
+        for dtype, order in self._fetch_order.items():
+            while order and order[0][0] <= upto:
+                self._take(order, dtype)
+
+    def _raise_failure(self) -> None:
+        error = self.thread.error
+        if error is not None:
+            self.thread.error = None
+            self.channels = None
+            raise error
+
+    # -- divergence -------------------------------------------------------------------------
+
+    def abandon(self) -> None:
+        """Drop this iteration's run (earlier ones commit first) and give every placeholder of
+        the iteration its real value by replaying its ops eagerly."""
+        self.thread.wait(self._ticket - 1)
+        if self.channels is not None:
+            self._drain(self._iteration - 1)
+            with capture.bypass():
+                self.channels.close()
+        self.thread.wait(self._ticket)
+        self.channels = None
+        self._walker = None
+        self._raise_failure()
+        self._replay()
+
+    def _replay(self) -> None:
+        records, self._records = self._records, []
+        for order in self._fetch_order.values():
+            while order and order[-1][0] == self._iteration:
+                order.pop()
+        if not records:
+            return
+        ops_key = tuple((entry.uid, wiring) for entry, wiring, _ in records)
+        returns, targets = [], []
+        for position, (_, _, refs) in enumerate(records):
+            for k, ref in enumerate(refs):
+                ph = ref()
+                if ph is not None and ph.value is None:
+                    returns.append((position, k))
+                    targets.append(ph)
+        segment = make_segment((ops_key, tuple(returns)), [r[0] for r in records])
+        args = [_real(a, dtype) for a, (dtype, _) in zip(self._args, segment.args)]
+        with capture.bypass(), record.stop_recording():
+            values = run_segment(segment, args, self.handles)
+        for ph, value in zip(targets, values):
+            ph.value = value
+            ph._queued = False
+
+    # -- between iterations -----------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Wait until every submitted run has finished (committed) and take its fetches."""
+        self.thread.wait(self.submitted)
+        if self.channels is not None:
+            self._drain(self._iteration)
+        self._raise_failure()
+
+    def close(self) -> None:
+        try:
+            self.settle()
+        finally:
+            self.thread.close()
+
+
+def _index_of(options: tuple, node: int, output: int) -> int:
+    for i, s in enumerate(options):
+        if s != FEED and s.index == node and s.output == output:
+            return i
+    raise PathError(f"an input comes from node {node}, which the program never feeds there")
+
+
+def _real(value, dtype: str):
+    if isinstance(value, Placeholder):
+        return value.value
+    if isinstance(value, tf.Tensor):
+        return value
+    return tf.convert_to_tensor(value, dtype)

@@ -1,0 +1,110 @@
+"""Whole-program co-execution (``Terra(program="whole")``): one generated program per iteration,
+with ``switch_case`` at branch points and ``while_loop`` for loop nodes, equal to eager."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from programs import CORPUS
+from test_coexec import assert_same_values, graph_threads, run
+
+from terra_nb import Terra, TerraUsageError
+
+VARIANT = {"mode": "coexec", "program": "whole"}
+
+
+@pytest.fixture(autouse=True)
+def whole_variant(monkeypatch):
+    import test_coexec
+
+    monkeypatch.setitem(test_coexec.VARIANTS, "whole", VARIANT)
+
+
+@pytest.mark.parametrize("program", CORPUS, ids=lambda p: p.__name__)
+def test_corpus_equals_eager_in_the_whole_program(program):
+    values, variables, printed, _ = run(program, "plain")
+    values2, variables2, printed2, terra = run(program, "whole")
+    assert_same_values(values2, values)
+    assert printed2 == printed
+    for a, b in zip(variables, variables2):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    assert not graph_threads()
+
+
+@pytest.mark.parametrize("name", ["numpy_on_loss", "mutation_in_model", "dropout_seeded",
+                                  "generator_batches", "try_except", "gan"])
+def test_steady_loops_run_in_the_program(name):
+    program = next(p for p in CORPUS if p.__name__ == name)
+    _, _, _, terra = run(program, "whole")
+    assert terra.program is not None
+    phases = [s.phase for s in terra.stats]
+    assert phases.count("coexec") >= len(phases) - 3, phases
+    assert terra.runs_op_by_op == 0 and not terra.programs  # no segment ran
+
+
+def branchy_loop(loop):
+    """A Python branch taken every third iteration and a user loop whose trip count cycles."""
+    w = tf.Variable(np.ones((3, 3), np.float32))
+    total = tf.Variable(0.0)
+    seen = []
+    for i, x in enumerate(loop([np.full((3, 3), k, np.float32) for k in range(12)])):
+        y = tf.matmul(w, x)
+        if i % 3 == 0:
+            w.assign(w * 0.9 + 0.01 * y)
+        else:
+            w.assign_sub(0.001 * y)
+        for _ in range(1 + i % 2):
+            total.assign_add(tf.reduce_sum(w))
+        seen.append(float(tf.reduce_mean(y)))
+    return seen, [w.numpy(), total.numpy()]
+
+
+def test_cases_and_while_loops_in_the_program():
+    values, variables = branchy_loop(lambda it: it)
+    with Terra(**VARIANT) as terra:
+        values2, variables2 = branchy_loop(terra.loop)
+    assert_same_values(values2, values)
+    for a, b in zip(variables, variables2):
+        np.testing.assert_allclose(b, a, rtol=1e-5)
+    text = str(terra.program)
+    assert "case after" in text and "while (Loop Cond)" in text, text
+    graph_def = terra.program.graph_def()
+    kinds = {n.op for n in graph_def.node}
+    kinds |= {n.op for f in graph_def.library.function for n in f.node_def}
+    assert {"Case", "While", "QueueDequeueV2", "QueueEnqueueV2"} <= kinds, kinds
+    assert [s.phase for s in terra.stats].count("coexec") >= 6
+
+
+def test_an_error_mid_iteration_leaves_variables_as_eager():
+    def program(loop):
+        model, opt = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]), \
+            keras.optimizers.SGD(0.1)
+        x = np.ones((2, 4), np.float32)
+        try:
+            for i, _ in enumerate(loop(range(8))):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_sum(model(x) ** 2)
+                opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                        model.trainable_variables))
+                if i == 5:
+                    raise KeyError("stop")
+        except KeyError:
+            pass
+        return [v.numpy() for v in model.weights]
+
+    keras.utils.set_random_seed(0)
+    eager = program(lambda it: it)
+    keras.utils.set_random_seed(0)
+    with Terra(**VARIANT) as terra:
+        whole = program(terra.loop)
+    for a, b in zip(eager, whole):
+        np.testing.assert_allclose(b, a, rtol=1e-5)
+    assert "coexec" in [s.phase for s in terra.stats]
+    assert not graph_threads()
+
+
+def test_whole_program_needs_coexec_and_a_known_kind():
+    with pytest.raises(TerraUsageError, match="coexec"):
+        Terra(mode="lazy", program="whole")
+    with pytest.raises(TerraUsageError, match="segments"):
+        Terra(program="one")
