@@ -147,9 +147,9 @@ def time_function(step, data, warmup, n) -> tuple[float, float] | str:
     return clock.stop(n)
 
 
-def time_terra(body, data, warmup, n, mode):
+def time_terra(body, data, warmup, n, mode, program="segments"):
     clock = Clock()
-    with Terra(mode=mode) as terra:
+    with Terra(mode=mode, program=program if mode == "coexec" else "segments") as terra:
         for i, item in enumerate(terra.loop(items(data, warmup + n))):
             if i == warmup:
                 clock.start()
@@ -165,7 +165,7 @@ def time_terra(body, data, warmup, n, mode):
 MODES = ("eager", "tf.function", "lazy", "coexec")
 
 
-def measure(build, mode: str, warmup: int, n: int):
+def measure(build, mode: str, warmup: int, n: int, program: str = "segments"):
     """One timed run of ``mode`` on a freshly built loop: (it/s, CPU ms/it[, breakdown, phases])
     or the reason tf.function cannot run it."""
     data, body, step = build()
@@ -173,13 +173,14 @@ def measure(build, mode: str, warmup: int, n: int):
         return time_plain(body, data, warmup, n)
     if mode == "tf.function":
         return time_function(step, data, warmup, n)
-    return time_terra(body, data, warmup, n, mode)
+    return time_terra(body, data, warmup, n, mode, program)
 
 
-def median_runs(build, warmup: int, n: int, repeats: int) -> dict:
+def median_runs(build, warmup: int, n: int, repeats: int, program: str = "segments") -> dict:
     """Per mode, the run with the median rate of ``repeats`` rounds; the modes alternate within a
     round so a slow spell of the machine hits all of them alike."""
-    rounds = [{mode: measure(build, mode, warmup, n) for mode in MODES} for _ in range(repeats)]
+    rounds = [{mode: measure(build, mode, warmup, n, program) for mode in MODES}
+              for _ in range(repeats)]
     run = {}
     for mode in MODES:
         runs = [r[mode] for r in rounds]
@@ -196,6 +197,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3, help="rounds per loop; medians shown")
     parser.add_argument("--only", choices=sorted(LOOPS))
+    parser.add_argument("--program", choices=("segments", "whole"), default="segments",
+                        help="how coexec runs the graph: compiled segments or one whole program")
     args = parser.parse_args()
     print(f"{'loop':<11} {'eager it/s':>10} {'tf.function':>16} {'lazy':>8} {'coexec':>8} "
           f"{'co/eager':>8} {'co/tf.f':>7} {'co/lazy':>7}   coexec ms/it: py exec, py stall, "
@@ -204,7 +207,7 @@ def main() -> None:
     for name, build in LOOPS.items():
         if args.only and name != args.only:
             continue
-        run = median_runs(build, args.warmup, args.iterations, args.repeats)
+        run = median_runs(build, args.warmup, args.iterations, args.repeats, args.program)
         eager, function, lazy, coexec = (r if isinstance(r, str) else r[0] for r in run.values())
         ms, phases = run["coexec"][2], run["coexec"][3]
         f_text = f"{function:16.1f}" if isinstance(function, float) else f"{function:>16}"
