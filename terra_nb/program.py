@@ -34,6 +34,7 @@ from .structure import (
     OpItem,
     ProgramError,
     describe,
+    op_nodes,
     plan,
     same_op,
 )
@@ -266,31 +267,14 @@ class _Builder:
         state.update(zip(written, out[1 + len(keys) :]))
 
     def defs(self, block: Block) -> set:
-        out: set = set()
-        for item in block:
-            if type(item) is OpItem:
-                node = self.graph.nodes[item.node]
-                out.update((node.id, k) for k in range(len(node.outputs)))
-            elif type(item) is CaseItem:
-                for b, cut in zip(item.branches, item.cut):
-                    out |= set() if cut else self.defs(b)
-            else:
-                out |= self.defs(item.body)
-        return out
+        """The (node, output) values ``block`` computes on some path."""
+        nodes = (self.graph.nodes[n] for n in op_nodes(block))
+        return {(node.id, k) for node in nodes for k in range(len(node.outputs))}
 
     def writes(self, block: Block) -> set:
-        out: set = set()
-        for item in block:
-            if type(item) is OpItem:
-                node = self.graph.nodes[item.node]
-                if node.op_type in _WRITES:
-                    out.add(variable_key(node))
-            elif type(item) is CaseItem:
-                for b, cut in zip(item.branches, item.cut):
-                    out |= set() if cut else self.writes(b)
-            else:
-                out |= self.writes(item.body)
-        return out
+        """The keys of the variables ``block`` writes on some path."""
+        nodes = (self.graph.nodes[n] for n in op_nodes(block))
+        return {variable_key(node) for node in nodes if node.op_type in _WRITES}
 
     def dummy(self, key: tuple[int, int]):
         """A stand-in for a value a path did not compute (no op on that path reads it)."""

@@ -90,22 +90,22 @@ def same_op(graph: TraceGraph) -> dict[int, int]:
     return out
 
 
-def _first_unfit(block: Block, unfit: dict[int, str]) -> int | None:
-    """The first unfit node of ``block`` outside cut branches."""
+def op_nodes(block: Block) -> Iterator[int]:
+    """The op nodes of ``block`` in order, loop bodies and branches included, cut ones not."""
     for item in block:
         if type(item) is OpItem:
-            if item.node in unfit:
-                return item.node
+            yield item.node
         elif type(item) is CaseItem:
             for branch, cut in zip(item.branches, item.cut):
-                node = None if cut else _first_unfit(branch, unfit)
-                if node is not None:
-                    return node
+                if not cut:
+                    yield from op_nodes(branch)
         else:
-            node = _first_unfit(item.body, unfit)
-            if node is not None:
-                return node
-    return None
+            yield from op_nodes(item.body)
+
+
+def _first_unfit(block: Block, unfit: dict[int, str]) -> int | None:
+    """The first unfit node of ``block`` outside cut branches."""
+    return next((n for n in op_nodes(block) if n in unfit), None)
 
 
 def describe(block: Block, graph: TraceGraph, indent: str = "") -> str:
