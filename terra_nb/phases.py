@@ -166,13 +166,16 @@ class CoexecEngine:
         """The whole program of the current TraceGraph (generated again when it grew); None,
         with a warning once, when the TraceGraph cannot be one program (segments then)."""
         graph = self.learned.builder.finish()
+        whole, constants = self.runner.whole, None
         if self.program is not None and self.program.graph is graph:
-            return self.program
+            constants = whole.constants(self.program) if whole is not None else None
+            if constants is None:
+                return self.program
         if self.program_error is not None:
             return None
         self.runner.sync()  # the old program's runs finish first
         try:
-            self.program = build_program(graph, self.learned.handles)
+            self.program = build_program(graph, self.learned.handles, constants)
         except ProgramError as error:
             self.program_error = str(error)
             warnings.warn(f"terra-nb: co-executing in segments, not one program: {error}",

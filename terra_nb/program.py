@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import op_def_registry
 from tensorflow.python.ops import gen_data_flow_ops, gen_resource_variable_ops
@@ -42,6 +43,18 @@ from .trace import Source, TensorSpec
 from .tracegraph import TraceGraph, TraceNode
 
 FEED = "feed"  # the candidate of an op input fed from Python (a feed or a carried value)
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Constant:
+    """The candidate of a fed input that had one small value in every co-executed iteration so
+    far: the program holds it, and Python checks it (another value is a divergence)."""
+
+    value: Any  # a numpy array
+
+    def holds(self, value) -> bool:
+        other = np.asarray(value)
+        return other.shape == self.value.shape and bool(np.all(other == self.value))
 _CAPACITY = 1 << 20
 
 
@@ -120,6 +133,7 @@ class Program:
     function: Any  # ConcreteFunction(path, *feeds, *fetches)
     options: dict[int, tuple[tuple, ...]]  # node -> per input, its ``candidates``
     same: dict[int, int]  # ``same_op`` of the graph, for the PathWalker
+    constants: dict[tuple[int, int], Any]  # (node, input) -> value held instead of a feed
 
     def __str__(self) -> str:
         head = (
@@ -144,13 +158,22 @@ class Program:
         return self.function.graph.as_graph_def()
 
 
-def build_program(graph: TraceGraph, handles: dict[str, Any]) -> Program:
+def build_program(graph: TraceGraph, handles: dict[str, Any],
+                  constants: dict[tuple[int, int], Any] | None = None) -> Program:
     """Generate the program of ``graph``; ``handles`` maps variable keys (``v<id>``, as in
-    ``Source.detail``) to their resource handles. Raises ``ProgramError`` if it cannot."""
+    ``Source.detail``) to their resource handles; ``constants`` maps (node, input) to the value
+    the program holds instead of a feed there. Raises ``ProgramError`` if it cannot."""
     python = python_side(graph)
     block = plan(graph, unfit(graph, handles, python), python)
     ops = [n for n in graph.nodes_of("op") if n.id not in python]
-    options = {n.id: tuple(candidates(n, i, python) for i in range(len(n.sources))) for n in ops}
+    constants = constants or {}
+    options = {
+        n.id: tuple(
+            _hold(candidates(n, i, python), constants.get((n.id, i)))
+            for i in range(len(n.sources))
+        )
+        for n in ops
+    }
     feeds = sorted({
         n.input_specs[i].dtype for n in ops for i, o in enumerate(options[n.id]) if FEED in o
     })
@@ -160,7 +183,14 @@ def build_program(graph: TraceGraph, handles: dict[str, Any]) -> Program:
     specs = [resource] * (1 + len(feeds) + len(fetches))
     function = tf.function(builder.body, autograph=False).get_concrete_function(*specs)
     return Program(graph, block, tuple(feeds), tuple(fetches), builder.written, function,
-                   options, same_op(graph))
+                   options, same_op(graph), dict(constants))
+
+
+def _hold(options: tuple, value) -> tuple:
+    """``options`` with the fed candidate replaced by a ``Constant`` of ``value`` (if given)."""
+    if value is None:
+        return options
+    return tuple(Constant(np.asarray(value)) if o == FEED else o for o in options)
 
 
 class _Builder:
@@ -314,7 +344,9 @@ class _Builder:
             (lambda s=s: self.source(s, dtype, env)) for s in options
         ])
 
-    def source(self, source: Source | str, dtype: str, env: dict):
+    def source(self, source: Source | str | Constant, dtype: str, env: dict):
+        if type(source) is Constant:
+            return tf.constant(source.value, tf.as_dtype(dtype))
         if source == FEED:
             return self.feed(dtype)
         key = (source.index, source.output)

@@ -29,7 +29,7 @@ from tensorflow.python.framework import errors
 from . import capture
 from .generator import make_segment, run_segment
 from .placeholder import Placeholder
-from .program import FEED, Channels, Program, variable_key
+from .program import FEED, Channels, Constant, Program, variable_key
 from .structure import PathError, PathWalker
 from .timeline import RunnerSpan
 
@@ -83,7 +83,14 @@ class ProgramThread:
 
 
 class WholeProgram:
-    """The PythonRunner's side of whole-program co-execution (see the module docstring)."""
+    """The PythonRunner's side of whole-program co-execution (see the module docstring).
+
+    Small values Python feeds that stay the same (Keras's Python floats, as tensors) cost a
+    queue round trip each; after ``learn_iterations`` iterations in a program, the engine
+    regenerates it holding them as constants (``constants``), at most ``max_rebuilds`` times."""
+
+    learn_iterations = 2
+    max_rebuilds = 3
 
     def __init__(self, handles: dict[int, Any]) -> None:
         self.handles = handles  # variable handle id -> handle (for replay)
@@ -98,6 +105,11 @@ class WholeProgram:
         self._fetch_order: dict[str, deque] = {}  # dtype -> (iteration, placeholder ref)
         self._iteration = 0
         self._ticket = 0
+        # Fed values learned in co-execution: (node, input) -> the one value seen so far
+        self._values: dict[tuple[int, int], Constant] = {}
+        self.varying: set[tuple[int, int]] = set()  # fed inputs that took several values
+        self._runs_of_program = 0  # co-executed iterations of the current program
+        self.rebuilds = 0
 
     @property
     def spans(self) -> list[RunnerSpan]:
@@ -107,6 +119,9 @@ class WholeProgram:
 
     def begin(self, program: Program, iteration: int) -> None:
         """Start a co-executed iteration: queue the program's run for it."""
+        if program is not self.program:
+            self._runs_of_program = 0
+        self._runs_of_program += 1
         if program is not self.program or self.channels is None:
             self.settle()  # earlier runs use the old program and channels
             with capture.bypass():
@@ -135,8 +150,9 @@ class WholeProgram:
 
     # -- ops --------------------------------------------------------------------------------
 
-    def issue(self, entry, flat: list, outs: list) -> None:
-        """Send what the program reads at ``entry``'s node; raise ``PathError`` if it cannot."""
+    def issue(self, entry, flat: list, outs: list) -> int:
+        """Send what the program reads at ``entry``'s node; raise ``PathError`` if it cannot.
+        Returns the number of inputs fed from Python."""
         matched, decisions = self._walker.step(entry.node)
         node = self.program.graph.nodes[matched]
         if len(flat) != len(node.sources) or entry.attrs != node.attrs:
@@ -159,13 +175,21 @@ class WholeProgram:
                 choice = None
                 wiring.append(("var", x._id, 0))
             else:
-                choice = options.index(FEED) if FEED in options else None
+                choice = _fed_index(options)
                 if choice is None:
                     raise PathError(f"node {node.id} input {i} is fed where the program computes")
                 value = x.value if type(x) is Placeholder else x
                 if value is None:  # a placeholder of an earlier iteration not fetched yet
                     value = self.materialise(x)
-                feeds.append((node.input_specs[i].dtype, value))
+                held = options[choice]
+                if type(held) is Constant:
+                    if not held.holds(_small(value)):
+                        self.varying.add((node.id, i))
+                        raise PathError(f"input {i} of node {node.id} changed from the value "
+                                        f"the program holds")
+                else:
+                    feeds.append((node.input_specs[i].dtype, value))
+                    self._learn((node.id, i), value)
                 wiring.append(("arg", len(self._args), 0))
                 self._args.append(value)
             if choice is not None and len(options) > 1:
@@ -182,6 +206,34 @@ class WholeProgram:
             self._send(decisions)
             for dtype, value in feeds:
                 self.channels.feeds[dtype].enqueue([tf.convert_to_tensor(value, dtype)])
+        return len(feeds)
+
+    # -- constants --------------------------------------------------------------------------
+
+    def _learn(self, key: tuple[int, int], value) -> None:
+        """Note a fed value: a small one that stays the same can become a constant."""
+        if key in self.varying:
+            return
+        small = _small(value)
+        if small is None:
+            self.varying.add(key)
+            return
+        seen = self._values.get(key)
+        if seen is None:
+            self._values[key] = Constant(small)
+        elif not seen.holds(small):
+            self.varying.add(key)
+
+    def constants(self, program: Program) -> dict | None:
+        """The constants a regenerated ``program`` should hold, once the current one has run
+        ``learn_iterations`` iterations and they differ from its own; else None."""
+        if self._runs_of_program < self.learn_iterations or self.rebuilds >= self.max_rebuilds:
+            return None
+        wanted = {k: c.value for k, c in self._values.items() if k not in self.varying}
+        if wanted.keys() == program.constants.keys():
+            return None
+        self.rebuilds += 1
+        return wanted
 
     def _send(self, decisions: list[int]) -> None:
         if decisions:
@@ -277,6 +329,33 @@ class WholeProgram:
             self.settle()
         finally:
             self.thread.close()
+
+
+def _fed_index(options: tuple) -> int | None:
+    for i, o in enumerate(options):
+        if o == FEED or type(o) is Constant:
+            return i
+    return None
+
+
+_SMALL = 16  # values of at most this many elements may become constants
+
+
+def _small(value):
+    """``value`` as a numpy array if it is a small number or array, else None."""
+    if isinstance(value, (bool, int, float, np.generic)):
+        return np.asarray(value)
+    if isinstance(value, np.ndarray):
+        return value.copy() if value.size <= _SMALL and value.dtype.kind in "biuf" else None
+    if isinstance(value, tf.Tensor) and not isinstance(value, Placeholder):
+        shape = value._shape_tuple()
+        if shape is None or np.prod(shape, dtype=np.int64) > _SMALL or value.dtype.is_complex:
+            return None
+        if not (value.dtype.is_floating or value.dtype.is_integer or value.dtype.is_bool):
+            return None
+        with capture.bypass():
+            return value.numpy()
+    return None
 
 
 def _index_of(options: tuple, node: int, output: int) -> int:

@@ -270,7 +270,7 @@ class PythonRunner:
         outs = [Placeholder(spec, self, node, k) for k, spec in enumerate(entry.outputs)]
         if self._whole_on:
             try:
-                self.whole.issue(entry, flat, outs)
+                self.feeds += self.whole.issue(entry, flat, outs)
             except PathError as error:
                 self._leave_program(str(error), entry.op_type, self._where(loc))
                 return self._trace_op(run, op_name, args, attrs, loc)

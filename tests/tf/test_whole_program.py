@@ -108,3 +108,23 @@ def test_whole_program_needs_coexec_and_a_known_kind():
         Terra(mode="lazy", program="whole")
     with pytest.raises(TerraUsageError, match="segments"):
         Terra(program="one")
+
+
+def schedule_loop(loop):
+    """A Python float that stays the same for 8 iterations, then changes; one that always does."""
+    w = tf.Variable(np.ones(3, np.float32))
+    for i, x in enumerate(loop(range(16))):
+        scale = 0.5 if i < 8 else 0.25
+        w.assign(w * scale + float(x))
+    return [], [w.numpy()]
+
+
+def test_a_value_held_as_a_constant_that_changes_diverges_and_is_fed_again():
+    _, eager = schedule_loop(lambda it: it)
+    with Terra(**VARIANT) as terra:
+        _, whole = schedule_loop(terra.loop)
+    np.testing.assert_allclose(whole[0], eager[0], rtol=1e-6)
+    reasons = [f.reason for f in terra.explain()]
+    assert any("changed from the value the program holds" in r for r in reasons), reasons
+    assert terra.program.constants == {}  # scale varies now, x always did
+    assert [s.phase for s in terra.stats][-3:] == ["coexec"] * 3
