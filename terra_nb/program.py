@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import op_def_registry
-from tensorflow.python.ops import gen_data_flow_ops, gen_resource_variable_ops
+from tensorflow.python.ops import gen_data_flow_ops, gen_resource_variable_ops, list_ops
 
 from .generator import SegmentOp, lower
 from .structure import (
@@ -134,6 +134,7 @@ class Program:
     options: dict[int, tuple[tuple, ...]]  # node -> per input, its ``candidates``
     same: dict[int, int]  # ``same_op`` of the graph, for the PathWalker
     constants: dict[tuple[int, int], Any]  # (node, input) -> value held instead of a feed
+    per_trip: dict[tuple[int, int], int]  # values read after their loop -> the loop node
 
     def __str__(self) -> str:
         head = (
@@ -183,7 +184,7 @@ def build_program(graph: TraceGraph, handles: dict[str, Any],
     specs = [resource] * (1 + len(feeds) + len(fetches))
     function = tf.function(builder.body, autograph=False).get_concrete_function(*specs)
     return Program(graph, block, tuple(feeds), tuple(fetches), builder.written, function,
-                   options, same_op(graph), dict(constants))
+                   options, same_op(graph), dict(constants), builder.per_trip)
 
 
 def _hold(options: tuple, value) -> tuple:
@@ -210,6 +211,7 @@ class _Builder:
             if s.kind == "node"
         }
         self.written: tuple[str, ...] = ()
+        self.per_trip = per_trip_values(graph, block)
         self.dtypes = {  # variable key -> dtype, from the ops that read or write it
             variable_key(n): _dtype_attr(n) for n in graph.nodes_of("op")
             if n.op_type in _VARIABLE_RULES and variable_key(n) in handles
@@ -249,8 +251,7 @@ class _Builder:
             elif type(item) is CaseItem:
                 self.case(item, env, state)
             elif item.unrolled is not None:
-                for _ in range(item.unrolled):
-                    self.block(item.body, env, state)
+                self.unrolled(item, env, state)
             else:
                 self.loop(item, env, state)
 
@@ -259,12 +260,14 @@ class _Builder:
         keys = sorted(set().union(*(self.defs(b) for b in live)) & self.read)
         written = sorted(set().union(*(self.writes(b) for b in live)))
 
+        listed = self.listed(live)
+
         def branch_fn(branch: Block, cut: str | None):
             def run():
                 inner, inner_state = dict(env), dict(state)
                 if not cut:  # Python never selects a cut branch: it diverges first
                     self.block(branch, inner, inner_state)
-                values = [inner[k] if k in inner else self.dummy(k) for k in keys]
+                values = [self.pack(k, inner, listed) for k in keys]
                 values += [self.current(v, inner_state) for v in written]
                 return values or [tf.constant(0)]
             return run
@@ -272,29 +275,75 @@ class _Builder:
         index = self.decision()
         out = tf.switch_case(index, [branch_fn(b, c) for b, c in zip(item.branches, item.cut)])
         out = [out] if not isinstance(out, (list, tuple)) else list(out)
-        env.update(zip(keys, out))
+        env.update((k, PerTrip(v) if k in listed else v) for k, v in zip(keys, out))
         state.update(zip(written, out[len(keys) :]))
+
+    def listed(self, blocks: list[Block]) -> set:
+        """The keys that are per-trip lists once ``blocks`` have run (their loops' exports)."""
+        loops = {item.node for b in blocks for item in _items(b) if type(item) is LoopItem}
+        return {k for k, loop in self.per_trip.items() if loop in loops}
+
+    def pack(self, key: tuple[int, int], env: dict, listed: set):
+        """``env``'s value of ``key`` as a tensor that can cross a case or loop boundary."""
+        value = env.get(key)
+        if key in listed:
+            return value.list if value is not None else self.empty_list(key)
+        return value if value is not None else self.dummy(key)
 
     def loop(self, item: LoopItem, env: dict, state: dict) -> None:
         keys = sorted(self.defs(item.body) & self.read)
         written = sorted(self.writes(item.body))
-        init = [env[k] if k in env else self.dummy(k) for k in keys]
+        exports = self.exports(item)
+        listed = self.listed([item.body])
+        init = [self.pack(k, env, listed) for k in keys]
         init += [self.current(v, state) for v in written]
+        init += [self.empty_list(k) for k in exports]
 
         def cond(trips, *values):
             return tf.cast(self.decision(), tf.bool)
 
         def body(trips, *values):
             inner, inner_state = dict(env), dict(state)
-            inner.update(zip(keys, values))
+            inner.update((k, PerTrip(v) if k in listed else v) for k, v in zip(keys, values))
             inner_state.update(zip(written, values[len(keys) :]))
+            lists = values[len(keys) + len(written) :]
             self.block(item.body, inner, inner_state)
-            return [trips + 1] + [inner[k] for k in keys] + [inner_state[v] for v in written]
+            pushed = [self.push(trip_list, k, inner) for trip_list, k in zip(lists, exports)]
+            return ([trips + 1] + [self.pack(k, inner, listed) for k in keys]
+                    + [inner_state[v] for v in written] + pushed)
 
-        invariants = [tf.TensorShape([])] + [tf.TensorShape(None)] * len(init)
+        invariants = [tf.TensorShape([])] + [tf.TensorShape(None)] * (len(keys) + len(written))
+        invariants += [tf.TensorShape([])] * len(exports)
         out = tf.while_loop(cond, body, [tf.constant(0)] + init, shape_invariants=invariants)
-        env.update(zip(keys, out[1 : 1 + len(keys)]))
-        state.update(zip(written, out[1 + len(keys) :]))
+        env.update((k, PerTrip(v) if k in listed else v) for k, v in zip(keys, out[1:]))
+        state.update(zip(written, out[1 + len(keys) : 1 + len(keys) + len(written)]))
+        lists = out[1 + len(keys) + len(written) :]
+        env.update((k, PerTrip(trip_list)) for k, trip_list in zip(exports, lists))
+
+    def unrolled(self, item: LoopItem, env: dict, state: dict) -> None:
+        exports = self.exports(item)
+        lists = [self.empty_list(k) for k in exports]
+        for _ in range(item.unrolled):
+            self.block(item.body, env, state)
+            lists = [self.push(trip_list, k, env) for trip_list, k in zip(lists, exports)]
+        env.update((k, PerTrip(trip_list)) for k, trip_list in zip(exports, lists))
+
+    # -- values of every trip of a loop, for what reads them after it -----------------------
+
+    def exports(self, item: LoopItem) -> list:
+        return sorted(k for k, loop in self.per_trip.items() if loop == item.node)
+
+    def empty_list(self, key: tuple[int, int]):
+        dtype = tf.as_dtype(self.graph.nodes[key[0]].outputs[key[1]].dtype)
+        return list_ops.empty_tensor_list(None, dtype)
+
+    def push(self, trip_list, key: tuple[int, int], env: dict):
+        value = env.get(key)
+        if type(value) is PerTrip:
+            raise ProgramError(f"node {key[0]}: a value of a nested loop is read after the loop "
+                               f"around it")
+        return list_ops.tensor_list_push_back(trip_list, self.dummy(key) if value is None
+                                              else value)
 
     def defs(self, block: Block) -> set:
         """The (node, output) values ``block`` computes on some path."""
@@ -350,13 +399,67 @@ class _Builder:
         if source == FEED:
             return self.feed(dtype)
         key = (source.index, source.output)
-        return env[key] if key in env else self.dummy(key)
+        value = env[key] if key in env else self.dummy(key)
+        if type(value) is PerTrip:  # Python says which trip's value
+            return list_ops.tensor_list_get_item(value.list, self.decision(), tf.as_dtype(dtype))
+        return value
 
     def current(self, key: str, state: dict):
         """The variable's value at this point of the iteration."""
         if key in state:
             return state[key]
         return gen_resource_variable_ops.read_variable_op(self.handles[key], self.dtypes[key])
+
+
+@dataclass(frozen=True, slots=True)
+class PerTrip:
+    """After a loop, a value its body computes: a TensorList with one element per trip."""
+
+    list: Any
+
+
+def per_trip_values(graph: TraceGraph, block: Block) -> dict[tuple[int, int], int]:
+    """(node, output) -> the loop node whose body computes it, for values read after the loop
+    (an RNN's backward pass reads every trip's). Such a read names the trip (a path decision)."""
+    readers: dict[tuple[int, int], set[int]] = {}
+    for n in graph.nodes_of("op"):
+        for seen in n.sources:
+            for s in seen:
+                if s.kind == "node":
+                    readers.setdefault((s.index, s.output), set()).add(n.id)
+    out: dict[tuple[int, int], int] = {}
+
+    def walk(items: Block) -> None:
+        for item in items:
+            if type(item) is CaseItem:
+                for branch in item.branches:
+                    walk(branch)
+            elif type(item) is LoopItem:
+                walk(item.body)
+                inside = set(op_nodes(item.body))
+                for n in inside:
+                    for k in range(len(graph.nodes[n].outputs)):
+                        if readers.get((n, k), set()) - inside:
+                            if (n, k) in out and out[(n, k)] != item.node:
+                                raise ProgramError(
+                                    f"node {n}: a value of a nested loop is read after the "
+                                    f"loop around it"
+                                )
+                            out[(n, k)] = item.node
+
+    walk(block)
+    return out
+
+
+def _items(block: Block):
+    """Every item of ``block``, nested ones included (cut branches too)."""
+    for item in block:
+        yield item
+        if type(item) is CaseItem:
+            for branch in item.branches:
+                yield from _items(branch)
+        elif type(item) is LoopItem:
+            yield from _items(item.body)
 
 
 def unfit(graph: TraceGraph, handles: dict[str, Any], python: frozenset[int]) -> dict[int, str]:

@@ -161,12 +161,18 @@ class WholeProgram:
         for i, x in enumerate(flat):
             options = self.program.options[node.id][i]
             if type(x) is Placeholder and id(x) in self._made and x.value is None:
-                pos, src_node, k = self._made[id(x)]
-                if self._latest[(src_node, k)] != id(x):
-                    # the program keeps the latest value of a node, not one per loop trip
+                pos, src_node, k, trips = self._made[id(x)]
+                choice = _index_of(options, src_node, k)
+                if choice is not None and len(options) > 1:
+                    decisions.append(choice)
+                choice = None
+                trip = self._trip_of(src_node, k, trips)
+                if trip is not None:
+                    decisions.append(trip)
+                elif self._latest[(src_node, k)] != id(x):
+                    # inside a loop the program keeps the latest value of a node
                     raise PathError(f"node {node.id} reads an earlier trip's value of node "
                                     f"{src_node}")
-                choice = _index_of(options, src_node, k)
                 wiring.append(("op", pos, k))
             elif not options:  # a variable
                 if type(x) is Placeholder or variable_key(node) != f"v{x._id}":
@@ -195,8 +201,9 @@ class WholeProgram:
             if choice is not None and len(options) > 1:
                 decisions.append(choice)
         position = len(self._records)
+        trips = tuple((loop, trip) for loop, trip in self._walker.trips)
         for k, ph in enumerate(outs):
-            self._made[id(ph)] = (position, node.id, k)
+            self._made[id(ph)] = (position, node.id, k, trips)
             self._latest[(node.id, k)] = id(ph)
         for k in node.fetches:
             outs[k]._queued = True
@@ -234,6 +241,14 @@ class WholeProgram:
             return None
         self.rebuilds += 1
         return wanted
+
+    def _trip_of(self, node: int, output: int, trips: tuple) -> int | None:
+        """The trip of its loop a value was made in, when the program reads it after that loop
+        (where it keeps every trip's value); else None."""
+        loop = self.program.per_trip.get((node, output))
+        if loop is None or any(open_loop == loop for open_loop, _ in self._walker.trips):
+            return None
+        return dict(trips)[loop]
 
     def _send(self, decisions: list[int]) -> None:
         if decisions:

@@ -253,6 +253,7 @@ class PathWalker:
         self._node = END  # as a same_op id
         self._matched = END
         self._out: list[int] = []
+        self.trips: list[list[int]] = []  # [loop node, trip] of the loops open at the last op
         self._walk = self._top(block)
         next(self._walk)
 
@@ -294,13 +295,17 @@ class PathWalker:
 
     def _loop(self, item: LoopItem) -> Iterator[None]:
         trips = 0
+        open_loop = [item.node, 0]
+        self.trips.append(open_loop)
         while self._node in item.entry:
             if item.unrolled is None:
                 self._out.append(1)
             elif trips == item.unrolled:
                 raise PathError(f"loop node {item.node} ran more than {item.unrolled} trips")
+            open_loop[1] = trips
             yield from self._block(item.body)
             trips += 1
+        self.trips.pop()
         if item.unrolled is None:
             self._out.append(0)
         elif trips != item.unrolled:

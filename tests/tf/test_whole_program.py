@@ -128,3 +128,40 @@ def test_a_value_held_as_a_constant_that_changes_diverges_and_is_fed_again():
     assert any("changed from the value the program holds" in r for r in reasons), reasons
     assert terra.program.constants == {}  # scale varies now, x always did
     assert [s.phase for s in terra.stats][-3:] == ["coexec"] * 3
+
+
+def rnn_cycling_lengths(loop):
+    """An RNN over sequences whose length cycles: a while loop whose every trip the backward
+    pass reads."""
+    cell = keras.layers.SimpleRNNCell(6)
+    head = keras.layers.Dense(1)
+    cell.build((None, 3))
+    head.build((None, 6))
+    variables = cell.trainable_variables + head.trainable_variables
+    opt = keras.optimizers.SGD(0.01)
+    rng = np.random.default_rng(1)
+    seqs = [rng.normal(size=(2, n, 3)).astype("float32") for n in (3, 5, 4) * 6]
+    out = []
+    for seq in loop(seqs):
+        with tf.GradientTape() as tape:
+            h = [tf.zeros((2, 6))]
+            for t in range(seq.shape[1]):
+                _, h = cell(seq[:, t, :], h)
+            loss = tf.reduce_mean(tf.square(head(h[0])))
+        opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        out.append(float(loss))
+    return out, [v.numpy() for v in variables]
+
+
+def test_an_rnn_backward_pass_reads_every_trip_of_the_while_loop():
+    keras.utils.set_random_seed(0)
+    values, variables = rnn_cycling_lengths(lambda it: it)
+    keras.utils.set_random_seed(0)
+    with Terra(**VARIANT) as terra:
+        values2, variables2 = rnn_cycling_lengths(terra.loop)
+    assert_same_values(values2, values)
+    for a, b in zip(variables, variables2):
+        np.testing.assert_allclose(b, a, rtol=1e-5)
+    assert "while (Loop Cond)" in str(terra.program)
+    assert terra.program.per_trip  # forward values the backward pass reads, one per trip
+    assert [s.phase for s in terra.stats][-6:] == ["coexec"] * 6
