@@ -8,7 +8,8 @@ Run a training loop under terra-nb
     ::
 
         %%terra [--mode coexec|lazy|trace|eager] [--viz | --no-viz] [--max-fallbacks N]
-                [--strict] [--xla] [--compile-after N] [--quiet]
+                [--strict] [--xla] [--compile-after N] [--program segments|whole]
+                [--quiet]
         model = make_model()                  # runs normally
         for x, y in batches():                # the first top-level for/while loop:
             ...                               #   each iteration is one Terra iteration

@@ -36,6 +36,7 @@ class CellOptions:
     strict: bool = False
     xla: bool = False
     compile_after: int = 2
+    program: str = "segments"
     viz: bool = False
     quiet: bool = False
     progress_interval: float = 0.5
@@ -43,7 +44,8 @@ class CellOptions:
     @property
     def engine(self) -> tuple:
         """The options that change what the engine learns (the cache key's part)."""
-        return (self.mode, self.max_fallbacks, self.strict, self.xla, self.compile_after)
+        return (self.mode, self.max_fallbacks, self.strict, self.xla, self.compile_after,
+                self.program)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,7 @@ class CellRunner:
             strict=options.strict,
             xla=options.xla,
             compile_after=options.compile_after,
+            program=options.program,
             learned=self._learned.get(cell.key),
         )
 

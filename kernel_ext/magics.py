@@ -58,6 +58,10 @@ class TerraMagics(Magics, Configurable):
         "--compile-after", type=int, metavar="N", default=2,
         help="compile a graph segment the N-th time it runs (before: its ops run eagerly)",
     )
+    @ma.argument(
+        "--program", choices=("segments", "whole"), default="segments",
+        help="run the graph as compiled segments, or as one whole program per iteration",
+    )
     @ma.argument("--quiet", action="store_true", help="no progress line, no summary")
     @output_can_be_silenced
     @cell_magic("terra")
@@ -92,6 +96,7 @@ class TerraMagics(Magics, Configurable):
             strict=args.strict,
             xla=args.xla,
             compile_after=args.compile_after,
+            program=args.program,
             viz=self.viz if args.viz is None else args.viz,
             quiet=args.quiet or self.quiet,
             progress_interval=self.progress_interval,

@@ -32,6 +32,7 @@ class Status:
     stopped_at: int | None = None
     programs: int = 0  # graph segments compiled
     runs_op_by_op: int = 0  # segment runs that executed their ops one by one
+    whole_program: str = ""  # the whole program's summary (``--program whole``)
 
     def __str__(self) -> str:
         covered = "never" if self.covered_at is None else f"from iteration {self.covered_at}"
@@ -45,6 +46,8 @@ class Status:
             f"TraceGraph  {self.nodes} nodes",
             f"segments    {self.programs} compiled, {self.runs_op_by_op} runs op by op",
         ]
+        if self.whole_program:
+            lines.append(f"program     {self.whole_program}")
         if self.error:
             where = "" if self.stopped_at is None else f" in iteration {self.stopped_at}"
             lines.append(f"error       {self.error}{where}")
@@ -74,7 +77,15 @@ def status_of(terra: Any, error: BaseException | None = None) -> Status:
         stopped_at=stats[-1].iteration if stopped else None,
         programs=len(terra.programs),
         runs_op_by_op=terra.runs_op_by_op,
+        whole_program=_whole_program(terra),
     )
+
+
+def _whole_program(terra: Any) -> str:
+    if getattr(terra, "program_kind", "segments") != "whole":
+        return ""
+    program = terra.program
+    return "not generated (segments ran)" if program is None else program.summary()
 
 
 def summary_line(status: Status) -> str:

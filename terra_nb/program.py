@@ -143,6 +143,15 @@ class Program:
         )
         return head + "\n" + describe(self.plan, self.graph, "  ")
 
+    def summary(self) -> str:
+        """One line: the program's cases, loops, constants and per-trip values."""
+        items = list(_items(self.plan))
+        cases = sum(type(i) is CaseItem for i in items)
+        loops = [i for i in items if type(i) is LoopItem]
+        whiles = sum(i.unrolled is None for i in loops)
+        return (f"{cases} cases, {whiles} while loops, {len(loops) - whiles} unrolled loops, "
+                f"{len(self.constants)} constants, {len(self.per_trip)} per-trip values")
+
     def channels(self) -> Channels:
         path = tf.queue.FIFOQueue(_CAPACITY, [tf.int32], shapes=[[]])
         feeds = {d: tf.queue.FIFOQueue(_CAPACITY, [tf.as_dtype(d)]) for d in self.feed_dtypes}

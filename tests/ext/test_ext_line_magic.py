@@ -41,6 +41,23 @@ def test_status_reports_the_last_run(ran):
     assert f"segments    {status.programs} compiled, " in str(status)
 
 
+def test_status_shows_the_whole_program(ip, no_views):
+    loop = LOOP.replace("range(4)", "range(8)")
+    assert ip.run_cell("%%terra --quiet --program whole\n" + loop).success
+    status = ip.run_line_magic("terra", "status")
+    terra = ip.magics_manager.registry["TerraMagics"].runner.last
+    assert status.whole_program == terra.program.summary()
+    assert "1 cases" in status.whole_program  # the `if i % 2` branch
+    assert f"program     {status.whole_program}" in str(status)
+    assert ip.user_ns["v"].numpy() == pytest.approx(_eager(loop))
+
+
+def _eager(loop: str) -> float:
+    namespace: dict = {}
+    exec(loop, namespace)
+    return namespace["v"].numpy()
+
+
 def test_status_after_an_error_names_it(ip):
     ip.run_cell("%%terra --quiet\nfor i in range(5):\n    if i == 2:\n        1 / 0\n")
     status = ip.run_line_magic("terra", "status")

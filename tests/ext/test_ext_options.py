@@ -35,13 +35,15 @@ def test_coexecution_modes_equal_a_plain_cell(ip, mode):
 
 
 def test_engine_flags_reach_the_engine(ip):
-    ip.run_cell_magic("terra", "--max-fallbacks 7 --strict --xla --compile-after 3 --quiet",
-                      "x = 1\n")
+    ip.run_cell_magic("terra", "--max-fallbacks 7 --strict --xla --compile-after 3 "
+                      "--program whole --quiet", "x = 1\n")
     t = last(ip)
-    assert (t.max_fallbacks, t.strict, t.xla, t.compile_after) == (7, True, True, 3)
+    assert (t.max_fallbacks, t.strict, t.xla, t.compile_after, t.program_kind) == (
+        7, True, True, 3, "whole")
     ip.run_cell_magic("terra", "--quiet", "x = 1\n")
     t = last(ip)
-    assert (t.max_fallbacks, t.strict, t.xla, t.compile_after) == (5, False, False, 2)
+    assert (t.max_fallbacks, t.strict, t.xla, t.compile_after, t.program_kind) == (
+        5, False, False, 2, "segments")
 
 
 @pytest.mark.parametrize(
@@ -52,6 +54,8 @@ def test_engine_flags_reach_the_engine(ip):
         ("--max-fallbacks many", "invalid int value"),
         ("--max-fallbacks 0", "must be >= 1"),
         ("--compile-after 0", "must be >= 1"),
+        ("--program one", "invalid choice: 'one'"),
+        ("--mode lazy --program whole", "needs mode='coexec'"),
         ("extra words", "unrecognized arguments"),
     ],
 )
