@@ -141,7 +141,14 @@ class Program:
             f"Program({len(self.graph.nodes)} TraceGraph nodes; feeds {list(self.feed_dtypes)}; "
             f"fetches {list(self.fetch_dtypes)}; commits {len(self.written)} variables)"
         )
-        return head + "\n" + describe(self.plan, self.graph, "  ")
+        return head + "\n" + describe(self.plan, self.graph, "  ", self._inputs)
+
+    def _inputs(self, node: TraceNode) -> str:
+        """Which inputs of ``node`` are fed, and which the program holds as constants."""
+        options = self.options[node.id]
+        fed = [i for i, o in enumerate(options) if FEED in o]
+        held = [i for i, o in enumerate(options) if any(type(c) is Constant for c in o)]
+        return (f"  <- feed {fed}" if fed else "") + (f"  <- const {held}" if held else "")
 
     def summary(self) -> str:
         """One line: the program's cases, loops, constants and per-trip values."""

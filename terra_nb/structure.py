@@ -15,11 +15,11 @@ Nothing here imports TensorFlow.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .errors import TerraError
-from .tracegraph import TraceGraph
+from .tracegraph import TraceGraph, TraceNode
 
 END = -1  # the node Python "reaches" when the iteration ends
 _BODY_END = -2  # stands for the end of a loop trip while its follow set is unknown
@@ -108,16 +108,18 @@ def _first_unfit(block: Block, unfit: dict[int, str]) -> int | None:
     return next((n for n in op_nodes(block) if n in unfit), None)
 
 
-def describe(block: Block, graph: TraceGraph, indent: str = "") -> str:
-    """The plan as indented text: one line per op, ``case``/``loop`` headers."""
+def describe(block: Block, graph: TraceGraph, indent: str = "",
+             inputs: Callable[[TraceNode], str] | None = None) -> str:
+    """The plan as indented text: one line per op, ``case``/``loop`` headers. ``inputs(node)``
+    says where its inputs come from (default: which are fed)."""
+    inputs = inputs or _fed
     lines = []
     for item in block:
         if type(item) is OpItem:
             node = graph.nodes[item.node]
             outs = ",".join(str(s) for s in node.outputs) or "()"
             fetch = "  -> fetch" if node.fetches else ""
-            feeds = f"  <- feed {list(node.feeds)}" if node.feeds else ""
-            lines.append(f"{indent}n{node.id}: {outs} = {node.op_type}{feeds}{fetch}")
+            lines.append(f"{indent}n{node.id}: {outs} = {node.op_type}{inputs(node)}{fetch}")
         elif type(item) is CaseItem:
             lines.append(f"{indent}case after n{item.at} (Case Select):")
             for i, (branch, cut) in enumerate(zip(item.branches, item.cut)):
@@ -125,12 +127,17 @@ def describe(block: Block, graph: TraceGraph, indent: str = "") -> str:
                     lines.append(f"{indent}  branch {i}: not in the program ({cut})")
                     continue
                 lines.append(f"{indent}  branch {i}:")
-                lines.append(describe(branch, graph, indent + "    ") or f"{indent}    (no ops)")
+                lines.append(describe(branch, graph, indent + "    ", inputs)
+                             or f"{indent}    (no ops)")
         else:
             how = f"unrolled x{item.unrolled}" if item.unrolled else "while (Loop Cond)"
             lines.append(f"{indent}loop n{item.node} {how}:")
-            lines.append(describe(item.body, graph, indent + "  "))
+            lines.append(describe(item.body, graph, indent + "  ", inputs))
     return "\n".join(line for line in lines if line)
+
+
+def _fed(node: TraceNode) -> str:
+    return f"  <- feed {list(node.feeds)}" if node.feeds else ""
 
 
 class _Planner:

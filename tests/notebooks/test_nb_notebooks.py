@@ -159,6 +159,16 @@ def test_how_it_works():
     assert counts and counts.groups()[:2] == ("0", "0") and int(counts.group(3)) >= 8
     assert "same as eager: True" in grown
 
+    whole = book.text(book.cell("def decay(loop):"))
+    assert whole.startswith("Program(")
+    assert re.search(r"^  loop n\d+ while \(Loop Cond\):$", whole, re.M)
+    assert re.search(r"^  case after n\d+ \(Case Select\):$", whole, re.M)
+    assert "<- const [1]" in whole  # the 0.5s
+    phases = ast.literal_eval(re.search(r"phases: (\[.*\])", whole).group(1))
+    assert phases[:3] == ["tracing", "tracing", "fallback"] and set(phases[3:]) == {"coexec"}
+    assert re.search(r"iteration 2: a value of node \d+ outlives the iteration", whole)
+    assert "same as eager: True" in whole
+
 
 def test_debugging():
     book = executed("debugging")
