@@ -184,14 +184,16 @@ class _Planner:
             if len(succ) == 1:
                 n = succ[0]
                 continue
-            merge = self.ipdom[n]
+            at, merge = n, self.ipdom[n]
             branches = tuple(self.chain(s, merge) for s in succ)
+            n = merge
+            if not any(branches):  # the paths differ only in ops Python runs itself
+                continue
             cut = []
             for b in branches:
                 node = _first_unfit(b, self.unfit)
                 cut.append(None if node is None else self.unfit[node])
-            items.append(CaseItem(n, branches, tuple(cut)))
-            n = merge
+            items.append(CaseItem(at, branches, tuple(cut)))
         return tuple(items)
 
     def _loop(self, n: int) -> LoopItem:

@@ -165,3 +165,29 @@ def test_an_rnn_backward_pass_reads_every_trip_of_the_while_loop():
     assert "while (Loop Cond)" in str(terra.program)
     assert terra.program.per_trip  # forward values the backward pass reads, one per trip
     assert [s.phase for s in terra.stats][-6:] == ["coexec"] * 6
+
+
+def grow(loop):
+    """A loop over ever-longer sequences: a trip count and slice indices new every iteration."""
+    w = tf.Variable(tf.fill((3, 3), 0.1))
+    out = []
+    for length in loop(range(2, 14)):
+        seq = tf.reshape(tf.range(length * 3, dtype=tf.float32) / 10.0, (length, 3))
+        h = tf.zeros((1, 3))
+        for t in range(length):
+            h = tf.tanh(h @ w + seq[t : t + 1])
+        w.assign_sub(0.01 * tf.reduce_mean(h) * tf.ones((3, 3)))
+        out.append(float(tf.reduce_sum(h)))
+    return out
+
+
+def test_one_compiled_program_serves_every_new_trip_count():
+    eager = grow(lambda it: it)
+    programs = []
+    with Terra(**VARIANT) as terra:
+        terra.subscribe(lambda stats: programs.append(terra.program))
+        whole = grow(terra.loop)
+    assert_same_values(whole, eager)
+    assert [s.phase for s in terra.stats][4:] == ["coexec"] * 8
+    assert all(p is programs[-1] for p in programs[-6:])  # no new program for a new length
+    assert "while (Loop Cond)" in str(programs[-1])
