@@ -87,10 +87,14 @@ class WholeProgram:
 
     Small values Python feeds that stay the same (Keras's Python floats, as tensors) cost a
     queue round trip each; after ``learn_iterations`` iterations in a program, the engine
-    regenerates it holding them as constants (``constants``), at most ``max_rebuilds`` times."""
+    regenerates it holding them as constants (``constants``), at most ``max_rebuilds`` times.
+    Decisions and feeds are held back and sent together (``flush``): when Python issued an op
+    whose value it reads, before it waits for a value, at the end of the iteration, and every
+    ``batch`` of them."""
 
     learn_iterations = 2
     max_rebuilds = 3
+    batch = 256  # decisions and feeds held back at most before they are sent
 
     def __init__(self, handles: dict[int, Any]) -> None:
         self.handles = handles  # variable handle id -> handle (for replay)
@@ -100,6 +104,8 @@ class WholeProgram:
         self.submitted = 0
         self._walker: PathWalker | None = None
         self._records: list[tuple] = []  # per issued op: (entry, wiring, output refs)
+        self._decisions: list[int] = []  # held back until a flush
+        self._feeds: list[tuple[str, Any]] = []
         self._args: list = []  # the values fed to the iteration's ops, for the replay
         self._made: dict[int, tuple[int, int, int]] = {}  # id(placeholder) -> (pos, node, out)
         self._fetch_order: dict[str, deque] = {}  # dtype -> (iteration, placeholder ref)
@@ -131,6 +137,7 @@ class WholeProgram:
         self._drain(iteration - 2)  # bounded run-ahead: fetched values do not pile up
         self._walker = PathWalker(program.plan, program.same)
         self._records, self._args, self._made = [], [], {}
+        self._decisions, self._feeds = [], []
         self._latest: dict[tuple[int, int], int] = {}  # (node, output) -> id of its newest value
         self.thread.submit(program, self.channels, iteration)
         self.submitted += 1
@@ -144,8 +151,8 @@ class WholeProgram:
 
     def end(self) -> None:
         """Finish the iteration: the program commits once it has run to the end."""
-        with capture.bypass():
-            self._send(self._walker.finish())
+        self._decisions += self._walker.finish()
+        self.flush()
         self._walker = None
 
     # -- ops --------------------------------------------------------------------------------
@@ -209,11 +216,21 @@ class WholeProgram:
             outs[k]._queued = True
             self._fetch_order[node.outputs[k].dtype].append((self._iteration, weakref.ref(outs[k])))
         self._records.append((entry, tuple(wiring), [weakref.ref(o) for o in outs]))
+        self._decisions += decisions
+        self._feeds += feeds
+        if node.fetches or len(self._decisions) + len(self._feeds) >= self.batch:
+            self.flush()  # a value Python reads: the program computes it while Python goes on
+        return len(feeds)
+
+    def flush(self) -> None:
+        """Send the decisions and feeds held back (one enqueue for all decisions)."""
+        decisions, feeds = self._decisions, self._feeds
+        self._decisions, self._feeds = [], []
         with capture.bypass():
-            self._send(decisions)
+            if decisions:
+                self.channels.path.enqueue_many([np.asarray(decisions, np.int32)])
             for dtype, value in feeds:
                 self.channels.feeds[dtype].enqueue([tf.convert_to_tensor(value, dtype)])
-        return len(feeds)
 
     # -- constants --------------------------------------------------------------------------
 
@@ -250,10 +267,6 @@ class WholeProgram:
             return None
         return dict(trips)[loop]
 
-    def _send(self, decisions: list[int]) -> None:
-        if decisions:
-            self.channels.path.enqueue_many([np.asarray(decisions, np.int32)])
-
     def materialise(self, ph: Placeholder):
         """The value of a fetch point's placeholder, from the fetch queue (waiting if needed);
         None if the program does not fetch it."""
@@ -261,6 +274,8 @@ class WholeProgram:
             return ph.value
         if not getattr(ph, "_queued", False):
             return None
+        if self.channels is not None:
+            self.flush()  # the program may need what is held back to get there
         order = self._fetch_order[ph.dtype.name]
         while ph.value is None:
             self._take(order, ph.dtype.name)
@@ -304,6 +319,7 @@ class WholeProgram:
         self.thread.wait(self._ticket)
         self.channels = None
         self._walker = None
+        self._decisions, self._feeds = [], []
         self._raise_failure()
         self._replay()
 
