@@ -41,6 +41,7 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
         self.item = None  # the GraphRunner work item that computes it, once flushed
         self._taped = False
         self._fetched = False
+        self._replayed = False  # its value came from an eager replay (see program_runner)
 
     # -- what eager tensors have ------------------------------------------------------------
 
@@ -101,7 +102,8 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
         produced the placeholder.
         """
         if not self._fetched:  # the first read is the fetch, even if the graph is done already
-            self.value = self._producer.materialise(self)
+            if not self._replayed:  # a replayed value never left a graph: as an op input, no fetch
+                self.value = self._producer.materialise(self)
             self._fetched = True
         if not self._taped and record.could_possibly_record():
             self._taped = True
@@ -110,6 +112,8 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
 
     def _numpy(self):
         # The value's own _numpy is hooked to report a fetch: this one was reported already.
+        if self._replayed and not self._fetched:  # Python reads it: a fetch all the same
+            self._producer.materialise(self)
         value = self.real()
         try:
             return value._numpy_internal()

@@ -89,15 +89,16 @@ class WholeProgram:
     queue round trip each; after ``learn_iterations`` iterations in a program, the engine
     regenerates it holding them as constants (``constants``), at most ``max_rebuilds`` times.
     Decisions and feeds are held back and sent together (``flush``): when Python issued an op
-    whose value it reads, before it waits for a value, at the end of the iteration, and every
-    ``batch`` of them."""
+    whose value it read in an earlier iteration (``read_nodes``), before it waits for a value, at
+    the end of the iteration, and every ``batch`` of them."""
 
     learn_iterations = 2
     max_rebuilds = 3
     batch = 256  # decisions and feeds held back at most before they are sent
 
-    def __init__(self, handles: dict[int, Any]) -> None:
+    def __init__(self, handles: dict[int, Any], read_nodes: set[int]) -> None:
         self.handles = handles  # variable handle id -> handle (for replay)
+        self.read_nodes = read_nodes  # TraceGraph nodes whose values Python read
         self.thread = ProgramThread()
         self.program: Program | None = None
         self.channels: Channels | None = None
@@ -218,7 +219,7 @@ class WholeProgram:
         self._records.append((entry, tuple(wiring), [weakref.ref(o) for o in outs]))
         self._decisions += decisions
         self._feeds += feeds
-        if node.fetches or len(self._decisions) + len(self._feeds) >= self.batch:
+        if node.id in self.read_nodes or len(self._decisions) + len(self._feeds) >= self.batch:
             self.flush()  # a value Python reads: the program computes it while Python goes on
         return len(feeds)
 
@@ -229,7 +230,8 @@ class WholeProgram:
         with capture.bypass():
             if decisions:
                 self.channels.path.enqueue_many([np.asarray(decisions, np.int32)])
-            for dtype, value in feeds:
+            for dtype, value in feeds:  # one by one: enqueue_many on a queue of unknown
+                # shapes crashes TensorFlow 2.21
                 self.channels.feeds[dtype].enqueue([tf.convert_to_tensor(value, dtype)])
 
     # -- constants --------------------------------------------------------------------------
@@ -345,6 +347,7 @@ class WholeProgram:
         for ph, value in zip(targets, values):
             ph.value = value
             ph._queued = False
+            ph._replayed = True
 
     # -- between iterations -----------------------------------------------------------------
 

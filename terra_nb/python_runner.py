@@ -124,7 +124,7 @@ class PythonRunner:
         self._outs = []
         if self._whole_on:
             if self.whole is None:
-                self.whole = WholeProgram(self.handles)
+                self.whole = WholeProgram(self.handles, self.index.fetched_nodes)
             self.whole.begin(program, iteration)
         self.stall = 0.0
         self.fetches = 0
