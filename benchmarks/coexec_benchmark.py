@@ -96,6 +96,31 @@ def make_rnn(lengths):
     return build
 
 
+def make_scan(lengths):
+    """A recurrence over sequences of these lengths and a variable update from its result, no
+    gradient: with a length new every iteration, every trip count is new (one while loop in the
+    whole program; tf.function retraces)."""
+
+    def build():
+        rng = np.random.default_rng(0)
+        w = tf.Variable((rng.normal(size=(64, 64)) * 0.1).astype("float32"))
+        data = [rng.normal(size=(n, 16, 64)).astype("float32") for n in lengths]
+
+        def step(seq):
+            h = tf.zeros((16, 64))
+            for t in range(seq.shape[0]):  # a data-dependent Python loop
+                h = tf.tanh(tf.matmul(h, w) + seq[t])
+            w.assign_sub(1e-4 * tf.matmul(h, h, transpose_a=True))
+            return tf.reduce_mean(h)
+
+        def loop_body(seq):
+            float(step(seq))
+
+        return data, loop_body, step
+
+    return build
+
+
 LOOPS = {
     "mlp-xl": make_mlp(2048, 1024, python_in_step=False),
     "mlp-large": make_mlp(1024, 512, python_in_step=False),
@@ -103,6 +128,7 @@ LOOPS = {
     "mlp-small": make_mlp(32, 16, python_in_step=False),
     "rnn-varlen": make_rnn((6, 8, 10, 8)),
     "rnn-unique": make_rnn(range(4, 104)),  # a length never seen before, every iteration
+    "scan-unique": make_scan(range(4, 104)),  # the same without gradient
 }
 
 
