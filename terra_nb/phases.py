@@ -177,7 +177,7 @@ class CoexecEngine:
         try:
             self.program = build_program(graph, self.learned.handles, constants)
         except ProgramError as error:
-            self.program_error = str(error)
+            self.program, self.program_error = None, str(error)
             warnings.warn(f"terra-nb: co-executing in segments, not one program: {error}",
                           RuntimeWarning, stacklevel=5)
             return None

@@ -53,8 +53,11 @@ class Constant:
     value: Any  # a numpy array
 
     def holds(self, value) -> bool:
+        """Whether ``value`` is this value, bit for bit where it matters (-0.0 is not 0.0)."""
         other = np.asarray(value)
-        return other.shape == self.value.shape and bool(np.all(other == self.value))
+        if other.shape != self.value.shape or not bool(np.all(other == self.value)):
+            return False
+        return other.dtype.kind != "f" or bool(np.all(np.signbit(other) == np.signbit(self.value)))
 _CAPACITY = 1 << 20
 
 
@@ -135,6 +138,7 @@ class Program:
     same: dict[int, int]  # ``same_op`` of the graph, for the PathWalker
     constants: dict[tuple[int, int], Any]  # (node, input) -> value held instead of a feed
     per_trip: dict[tuple[int, int], int]  # values read after their loop -> the loop node
+    python_side: frozenset[int]  # nodes Python computes itself (``python_side``)
 
     def __str__(self) -> str:
         head = (
@@ -200,7 +204,7 @@ def build_program(graph: TraceGraph, handles: dict[str, Any],
     specs = [resource] * (1 + len(feeds) + len(fetches))
     function = tf.function(builder.body, autograph=False).get_concrete_function(*specs)
     return Program(graph, block, tuple(feeds), tuple(fetches), builder.written, function,
-                   options, same_op(graph), dict(constants), builder.per_trip)
+                   options, same_op(graph), dict(constants), builder.per_trip, python)
 
 
 def _hold(options: tuple, value) -> tuple:
@@ -240,9 +244,11 @@ class _Builder:
         env: dict = {}
         state: dict = {}
         self.block(self.plan, env, state)
+        # Every op of the iteration runs before the commit: if one fails, nothing is written.
+        everything = tf.compat.v1.get_default_graph().get_operations()
         commit = self.decision()
         self.written = tuple(sorted(state))
-        with tf.control_dependencies([commit]):
+        with tf.control_dependencies([commit, *everything]):
             for key in self.written:
                 gen_resource_variable_ops.assign_variable_op(self.handles[key], state[key])
         return commit
@@ -304,6 +310,9 @@ class _Builder:
         value = env.get(key)
         if key in listed:
             return value.list if value is not None else self.empty_list(key)
+        if type(value) is PerTrip:  # an inner loop's value, carried by an outer loop
+            raise ProgramError(f"node {key[0]}: a value of a loop inside a loop is carried "
+                               f"from one trip of the outer loop to the next")
         return value if value is not None else self.dummy(key)
 
     def loop(self, item: LoopItem, env: dict, state: dict) -> None:

@@ -32,6 +32,7 @@ from .placeholder import Placeholder
 from .program import FEED, Channels, Constant, Program, variable_key
 from .structure import PathError, PathWalker
 from .timeline import RunnerSpan
+from .trace import Source
 
 
 class ProgramThread:
@@ -41,6 +42,7 @@ class ProgramThread:
         self._queue: queue.Queue = queue.Queue()
         self.spans: list[RunnerSpan] = []
         self.error: BaseException | None = None
+        self.error_iteration = -1  # the iteration whose run failed
         self.done = 0  # iterations finished (committed, abandoned or failed), in order
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="terra-graph-runner", daemon=True)
@@ -72,7 +74,7 @@ class ProgramThread:
             except (errors.OutOfRangeError, errors.CancelledError):
                 pass  # abandoned by Python: nothing was committed
             except BaseException as error:  # a failing op: Python raises it at its next wait
-                self.error = error
+                self.error, self.error_iteration = error, iteration
                 channels.close()
             finally:
                 idle = time.perf_counter()
@@ -112,6 +114,10 @@ class WholeProgram:
         self._fetch_order: dict[str, deque] = {}  # dtype -> (iteration, placeholder ref)
         self._iteration = 0
         self._ticket = 0
+        # Iterations sent to commit whose runs may not have finished: (ticket, iteration,
+        # records, args), kept to replay the one whose run fails.
+        self._unfinished: deque = deque()
+        self.failed: BaseException | None = None  # a run failed: the error Python was given
         # Fed values learned in co-execution: (node, input) -> the one value seen so far
         self._values: dict[tuple[int, int], Constant] = {}
         self.varying: set[tuple[int, int]] = set()  # fed inputs that took several values
@@ -135,7 +141,10 @@ class WholeProgram:
                 self.program, self.channels = program, program.channels()
             self._fetch_order = {d: deque() for d in program.fetch_dtypes}
         self._iteration = iteration
+        self.failed = None
         self._drain(iteration - 2)  # bounded run-ahead: fetched values do not pile up
+        while self._unfinished and self._unfinished[0][0] <= self.thread.done:
+            self._unfinished.popleft()
         self._walker = PathWalker(program.plan, program.same)
         self._records, self._args, self._made = [], [], {}
         self._decisions, self._feeds = [], []
@@ -155,6 +164,7 @@ class WholeProgram:
         self._decisions += self._walker.finish()
         self.flush()
         self._walker = None
+        self._unfinished.append((self._ticket, self._iteration, self._records, self._args))
 
     # -- ops --------------------------------------------------------------------------------
 
@@ -168,7 +178,7 @@ class WholeProgram:
         wiring, feeds = [], []
         for i, x in enumerate(flat):
             options = self.program.options[node.id][i]
-            if type(x) is Placeholder and id(x) in self._made and x.value is None:
+            if type(x) is Placeholder and id(x) in self._made:  # the program has it too
                 pos, src_node, k, trips = self._made[id(x)]
                 choice = _index_of(options, src_node, k)
                 if choice is not None and len(options) > 1:
@@ -274,6 +284,8 @@ class WholeProgram:
         None if the program does not fetch it."""
         if ph.value is not None:
             return ph.value
+        if getattr(ph, "_failed", None) is not None:
+            raise ph._failed  # made by an iteration whose run failed
         if not getattr(ph, "_queued", False):
             return None
         if self.channels is not None:
@@ -289,7 +301,7 @@ class WholeProgram:
             with capture.bypass():
                 value = self.channels.fetches[dtype].dequeue()
         except (errors.OutOfRangeError, errors.CancelledError):
-            self._raise_failure()
+            self._check()
             raise
         target = ref()
         if target is not None:
@@ -301,12 +313,33 @@ class WholeProgram:
             while order and order[0][0] <= upto:
                 self._take(order, dtype)
 
-    def _raise_failure(self) -> None:
+    def _check(self) -> None:
+        """If a run failed: drop every run not committed, replay the failed iteration's ops
+        eagerly (which raises eager's own error, with eager's updates up to the failing op),
+        and raise that error; what Python issued after it never runs, and reading it raises."""
         error = self.thread.error
-        if error is not None:
-            self.thread.error = None
-            self.channels = None
-            raise error
+        if error is None:
+            return
+        self.thread.error = None
+        failed = next(((r, a) for _, i, r, a in self._unfinished
+                       if i == self.thread.error_iteration), (self._records, self._args))
+        dropped = [ref for order in self._fetch_order.values() for _, ref in order]
+        dropped += [ref for _, _, refs in self._records for ref in refs]
+        self._unfinished.clear()
+        for order in self._fetch_order.values():
+            order.clear()
+        self.channels, self._walker = None, None
+        self._records, self._args, self._decisions, self._feeds = [], [], [], []
+        try:
+            self._run(*failed, [])
+        except Exception as eager_error:  # the same failure, raised where eager raises it
+            error = eager_error
+        for ref in dropped:
+            ph = ref()
+            if ph is not None and ph.value is None:
+                ph._failed = error
+        self.failed = error
+        raise error
 
     # -- divergence -------------------------------------------------------------------------
 
@@ -322,41 +355,37 @@ class WholeProgram:
         self.channels = None
         self._walker = None
         self._decisions, self._feeds = [], []
-        self._raise_failure()
-        self._replay()
-
-    def _replay(self) -> None:
-        records, self._records = self._records, []
+        self._check()
         for order in self._fetch_order.values():
             while order and order[-1][0] == self._iteration:
                 order.pop()
-        if not records:
-            return
-        ops_key = tuple((entry.uid, wiring) for entry, wiring, _ in records)
-        returns, targets = [], []
-        for position, (_, _, refs) in enumerate(records):
-            for k, ref in enumerate(refs):
-                ph = ref()
-                if ph is not None and ph.value is None:
-                    returns.append((position, k))
-                    targets.append(ph)
-        segment = make_segment((ops_key, tuple(returns)), [r[0] for r in records])
-        args = [_real(a, dtype) for a, (dtype, _) in zip(self._args, segment.args)]
-        with capture.bypass(), record.stop_recording():
-            values = run_segment(segment, args, self.handles)
-        for ph, value in zip(targets, values):
+        records, self._records = self._records, []
+        targets = [(position, k, ph) for position, (_, _, refs) in enumerate(records)
+                   for k, ref in enumerate(refs) if (ph := ref()) is not None and ph.value is None]
+        values = self._run(records, self._args, [(p, k) for p, k, _ in targets])
+        for (_, _, ph), value in zip(targets, values):
             ph.value = value
             ph._queued = False
             ph._replayed = True
+
+    def _run(self, records: list, args: list, returns: list) -> list:
+        """Run issued ops eagerly, one by one; the values of outputs ``returns``."""
+        if not records:
+            return []
+        ops_key = tuple((entry.uid, wiring) for entry, wiring, _ in records)
+        segment = make_segment((ops_key, tuple(returns)), [r[0] for r in records])
+        args = [_real(a, dtype) for a, (dtype, _) in zip(args, segment.args)]
+        with capture.bypass(), record.stop_recording():
+            return run_segment(segment, args, self.handles)
 
     # -- between iterations -----------------------------------------------------------------
 
     def settle(self) -> None:
         """Wait until every submitted run has finished (committed) and take its fetches."""
         self.thread.wait(self.submitted)
+        self._check()
         if self.channels is not None:
             self._drain(self._iteration)
-        self._raise_failure()
 
     def close(self) -> None:
         try:
@@ -394,7 +423,7 @@ def _small(value):
 
 def _index_of(options: tuple, node: int, output: int) -> int:
     for i, s in enumerate(options):
-        if s != FEED and s.index == node and s.output == output:
+        if type(s) is Source and s.index == node and s.output == output:
             return i
     raise PathError(f"an input comes from node {node}, which the program never feeds there")
 

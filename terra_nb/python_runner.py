@@ -148,6 +148,8 @@ class PythonRunner:
 
     def end(self) -> Trace | None:
         """Close the iteration: its trace if any of it was traced, else None."""
+        if self._whole_on and self.whole.failed is not None:
+            self._whole_on, self.state = False, "tracing"  # the rest of it ran eagerly
         if self._whole_on and self.state == "coexec":
             escaping = self.whole.escaping([ph for ref in self._outs if (ph := ref()) is not None])
             for ph in escaping:  # a fetch point from now on
@@ -200,6 +202,10 @@ class PythonRunner:
         flat = _flat(inputs)
         placeholders, resources = _scan(flat)
         if not placeholders and not resources and not info.stateful:
+            if self._whole_on:
+                entry = self._program_entry(op_name, args, attrs, loc)
+                if entry is not None:  # its inputs may be placeholders in other iterations
+                    return self._answer(run, entry, op_name, args, attrs, flat, loc)
             return self._trace_op(run, op_name, args, attrs, loc)  # pure, on real values
         if op_type in SHAPE_RULES and not resources:
             return self._fold(op_type, op_name, args, attrs, flat, loc)
@@ -219,6 +225,14 @@ class PythonRunner:
         if entry is FAST_FALLBACK:
             raise _FallbackException("terra-nb: the slow path handles this call")
         return self._answer(run, entry, op_name, args, attrs, flat, loc)
+
+    def _program_entry(self, op_name, args, attrs, loc: int) -> Entry | None:
+        """The entry of a pure call on real values whose node the whole program computes (a
+        value carried from an iteration that was traced, say); None if Python computes it."""
+        entry = self.index.entries.get(call_signature(op_name, args, attrs, loc))
+        if type(entry) is not Entry or entry.node in self.whole.program.python_side:
+            return None
+        return entry
 
     def _infer(self, sig: tuple, inputs, attrs, flat: list) -> Entry | str | None:
         """An answer to a call that differs from a known one only in input shapes, shape-defining
@@ -268,6 +282,9 @@ class PythonRunner:
                 flat = [x.copy() if type(x) is np.ndarray else x for x in flat]
                 break
         outs = [Placeholder(spec, self, node, k) for k, spec in enumerate(entry.outputs)]
+        if self._whole_on and self.whole.failed is not None:  # Python caught the error
+            self._whole_on, self.state = False, "tracing"
+            return self._trace_op(run, op_name, args, attrs, loc)
         if self._whole_on:
             try:
                 self.feeds += self.whole.issue(entry, flat, outs)

@@ -2,7 +2,8 @@
 
 Each test runs a small loop plainly (eager) and under the whole program, in a worker thread with
 a timeout (a deadlock fails the test instead of hanging), and compares Python values, printed
-text and variables. Tests marked ``xfail(strict=True)`` document bugs found by this review.
+text and variables. Each bug this review found is fixed; the test that showed it stays as a
+regression test.
 """
 
 import contextlib
@@ -60,9 +61,8 @@ def run_whole(program, seed=0, **options):
         out = io.StringIO()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            with contextlib.redirect_stdout(out):
-                with Terra(**{**VARIANT, **options}) as terra:
-                    values, variables = program(terra.loop)
+            with contextlib.redirect_stdout(out), Terra(**{**VARIANT, **options}) as terra:
+                values, variables = program(terra.loop)
         terra.caught_warnings = [str(w.message) for w in caught]
         return values, variables, out.getvalue(), terra
 
@@ -131,11 +131,6 @@ def nested_loops_inner_value_stays_inside(loop):
     return out, [w.numpy(), acc.numpy()]
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "build_program crashes with TypeError into user code: in _Builder.loop for the inner loop, "
-    "pack() returns the PerTrip wrapper itself as a while_loop init value, because the inner "
-    "loop's export g is a PerTrip in the outer body's env (outer loop's listed) but not in the "
-    "inner loop's own `listed`; should be the list or a ProgramError (segments)"))
 def test_nested_loops_whose_inner_values_stay_in_the_outer_body():
     terra = compare(nested_loops_inner_value_stays_inside)
     assert "coexec" in phases(terra)
@@ -185,7 +180,7 @@ def loop_values_read_in_later_trips_and_after(loop):
     for i in loop(range(12)):
         h = w * 1.0
         hs = []
-        for t in range(2 + i % 2):
+        for _t in range(2 + i % 2):
             h = tf.tanh(h) + (0.1 * hs[-2] if len(hs) >= 2 else 0.0)
             hs.append(h)
         total = tf.add_n(hs)
@@ -281,9 +276,6 @@ def signed_zero_constant(loop):
     return out, [v.numpy()]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Constant.holds (program.py:55) compares with ==, so -0.0 'holds' a learned 0.0: the "
-    "program keeps computing with +0.0 and 1/(v*s) is +inf where eager gives -inf"))
 def test_a_constant_zero_that_becomes_minus_zero():
     compare(signed_zero_constant)
 
@@ -324,11 +316,6 @@ def fed_sometimes_node_other_time(loop):
     return out, [w.numpy(), v.numpy()]
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError, reason=(
-    "program_runner._index_of (program_runner.py:395) does `s.index` on every option that "
-    "is not FEED, but a held Constant is not FEED either: a placeholder from a node the "
-    "program never wired there raises AttributeError into user code instead of a PathError "
-    "(divergence)"))
 def test_an_input_held_as_constant_then_fed_from_another_node():
     compare(fed_sometimes_node_other_time)
 
@@ -336,7 +323,7 @@ def test_an_input_held_as_constant_then_fed_from_another_node():
 def value_fetched_then_used(loop):
     w = tf.Variable(np.ones(3, np.float32))
     out = []
-    for i in loop(range(12)):
+    for _i in loop(range(12)):
         loss = tf.reduce_sum(w * w)
         if float(loss) > 1.0:
             w.assign_sub(0.01 * loss * w)  # the fetched value is also an op input
@@ -348,11 +335,6 @@ def test_a_value_read_mid_iteration_then_used_as_an_input_equals_eager():
     compare(value_fetched_then_used)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "perf: once a placeholder made in this iteration was fetched (value set), issue() "
-    "(program_runner.py:194) treats it as a Python feed, but the program computes that input "
-    "(no FEED option): PathError every iteration, so a loop that reads its loss and then uses "
-    "it never stays in the program (falls back, then gives up)"))
 def test_a_value_read_mid_iteration_then_used_stays_in_the_program():
     _, _, _, terra = run_whole(value_fetched_then_used)
     assert phases(terra)[-4:] == ["coexec"] * 4, (phases(terra), terra.explain())
@@ -399,7 +381,7 @@ def test_reading_a_value_from_two_iterations_ago():
 def ema_carried(loop):
     w = tf.Variable(np.linspace(1.0, 2.0, 3).astype(np.float32))
     ema = tf.constant(0.0)
-    for i in loop(range(16)):
+    for _i in loop(range(16)):
         loss = tf.reduce_sum(w * w)
         ema = 0.9 * ema + 0.1 * loss
         w.assign_sub(0.01 * w)
@@ -410,12 +392,6 @@ def test_a_moving_average_carried_as_a_placeholder_across_iterations():
     compare(ema_carried)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "perf: `0.9 * ema` has a carried input, so program.python_side/_computed_by_python keeps it "
-    "in the program (carry is not 'feed'); but after any traced or fallback iteration ema is a "
-    "real tensor and PythonRunner._run_op runs the pure op eagerly without issuing it, so the "
-    "PathWalker sees the next op ('node 7 where the program has node 6'), falls back, which "
-    "makes ema real again: every iteration falls back until terra gives up (0 co-executed)"))
 def test_a_moving_average_carried_across_iterations_stays_in_the_program():
     _, _, _, terra = run_whole(ema_carried)
     assert "coexec" in phases(terra), (phases(terra), terra.explain())
@@ -563,13 +539,6 @@ def runtime_error_run(use_terra, read):
     return _in_thread(fn)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a runtime error in the program: the commit (AssignVariableOps in _Builder.body, "
-    "program.py:243-247, gated only on the COMMIT dequeue, which Python sent long before) "
-    "races with the failing op: mostly the write issued AFTER the failing gather is "
-    "committed (w=5, counter=5), sometimes every write of the iteration is lost (w=4, "
-    "counter=4); eager gives w=5, counter=4, and README says no update issued after the "
-    "failing op takes effect"))
 def test_runtime_error_in_the_program_commits_like_eager():
     eager = runtime_error_run(False, read=False)
     assert eager == (5.0, 4.0)
@@ -577,13 +546,6 @@ def test_runtime_error_in_the_program_commits_like_eager():
     assert not graph_threads()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the error surfaces at float(y): _raise_failure sets channels None; the iteration's end "
-    "(WholeProgram.end -> flush) then raises AttributeError ('NoneType' has no attribute "
-    "'path') inside the generator's finally, which Python reports as 'Exception ignored' "
-    "(the iteration is never recorded in terra.stats); in some runs (race with the program "
-    "thread closing the channels) the user instead gets tf.errors.CancelledError 'FIFOQueue "
-    "is closed' from WholeProgram.flush's enqueue, not the InvalidArgumentError eager raises"))
 def test_runtime_error_surfacing_at_a_read_ends_the_iteration_cleanly():
     unraisable = []
     previous = sys.unraisablehook
@@ -620,12 +582,6 @@ def test_variable_writes_mixed_with_reads_in_one_iteration():
     compare(variable_mix)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "perf: before, mid and after outlive the iteration and become fetch points; float(before[0]) "
-    "takes every earlier float32 fetch in order, which sets mid.value; mid[1] then finds a "
-    "current-iteration placeholder with a value and issue() treats it as a feed where the "
-    "program computes ('node 16 input 0 is fed where the program computes'): fallback every "
-    "iteration, then it gives up and never co-executes"))
 def test_variable_writes_mixed_with_reads_stay_in_the_program():
     _, _, _, terra = run_whole(variable_mix)
     assert "coexec" in phases(terra), (phases(terra), terra.explain())
@@ -703,7 +659,7 @@ def test_keras_dropout_alternating_training_with_branchy_gradients():
 def persistent_tape(loop):
     w = tf.Variable(np.array([0.5, -0.5], np.float32))
     out = []
-    for i in loop(range(12)):
+    for _i in loop(range(12)):
         with tf.GradientTape(persistent=True) as tape:
             a = tf.reduce_sum(w * w)
             b = tf.reduce_sum(tf.sin(w))
@@ -725,7 +681,7 @@ def random_ops(loop):
     tf.random.set_seed(7)
     w = tf.Variable(np.zeros(3, np.float32))
     out = []
-    for i in loop(range(10)):
+    for _i in loop(range(10)):
         noise = tf.random.uniform([3], seed=11)
         w.assign_add(noise * 0.1)
         out.append(float(tf.reduce_sum(w)))
@@ -762,7 +718,7 @@ def generator_random(loop):
     gen = tf.random.Generator.from_seed(3)
     w = tf.Variable(np.zeros(3, np.float32))
     out = []
-    for i in loop(range(10)):
+    for _i in loop(range(10)):
         w.assign_add(gen.normal([3]) * 0.1)
         out.append(float(tf.reduce_sum(w)))
     return out, [w.numpy()]
@@ -775,7 +731,7 @@ def test_tf_random_generator():
 
 def tf_print_loop(loop):
     w = tf.Variable(np.ones(2, np.float32))
-    for i in loop(range(8)):
+    for _i in loop(range(8)):
         w.assign(w * 1.5)
         tf.print("w", w, output_stream=sys.stderr)
     return [], [w.numpy()]
@@ -919,7 +875,7 @@ def mixed_dtype_fetches(loop):
     w = tf.Variable(np.array([1.5, -2.0, 3.0], np.float32))
     c = tf.Variable(0, dtype=tf.int32)
     out = []
-    for i in loop(range(14)):
+    for _i in loop(range(14)):
         idx = tf.argmax(w)
         c.assign_add(tf.cast(idx, tf.int32))
         pos = tf.reduce_sum(tf.cast(w > 0, tf.int32))
