@@ -43,16 +43,26 @@ def loop_ranges(code: CodeType) -> tuple[tuple[int, int], ...]:
     """Bytecode ranges ``(start, end)`` of the loops in ``code``: every backward jump is one loop.
 
     ``yield from``/``await`` use a backward jump that is not a loop of the program; it is skipped.
-    Ranges are sorted outermost first.
+    Backward jumps to the same start are one loop (an ``if`` or ``continue`` in its body jumps back
+    from more than one place), and so are ranges that overlap without nesting (a ``while`` with a
+    ``continue``: one jump goes back to the test, the other to the body after it). Ranges are
+    sorted outermost first.
     """
-    ranges = []
+    ends: dict[int, int] = {}
     for ins in dis.get_instructions(code):
         if ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs:
             target = ins.argval
             is_backward = isinstance(target, int) and target < ins.offset
             if is_backward and "NO_INTERRUPT" not in ins.opname:
-                ranges.append((target, ins.offset))
-    return tuple(sorted(set(ranges), key=lambda r: (r[0], -r[1])))
+                ends[target] = max(ends.get(target, 0), ins.offset)
+    merged: list[list[int]] = []
+    for start, end in sorted(ends.items()):
+        crossing = [r for r in merged if r[0] < start <= r[1] < end]
+        for r in crossing:
+            merged.remove(r)
+        start = min([start] + [r[0] for r in crossing])
+        merged.append([start, end])
+    return tuple(sorted(((a, b) for a, b in merged), key=lambda r: (r[0], -r[1])))
 
 
 @dataclass(frozen=True, slots=True)

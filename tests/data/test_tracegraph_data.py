@@ -184,3 +184,25 @@ def test_dot_output_is_valid_graphviz():
     ).stdout
     assert 'class="cluster terra&#45;loop"' in svg  # dot escapes "-" in SVG attributes
     assert "MatMul</text>" in svg and ">prog.py:1</text>" in svg  # two label lines
+
+
+def test_a_branch_in_a_loop_body_is_one_loop():
+    from terra_nb.location import loop_ranges
+
+    def body(xs):
+        total = 0
+        for x in xs:  # jumps back from the end of both branches
+            if x % 2:
+                total += x
+            else:
+                total -= x
+        while total > 10:  # and from a continue
+            total -= 3
+            if total % 2:
+                continue
+            total -= 1
+        return total
+
+    ranges = loop_ranges(body.__code__)
+    assert len(ranges) == 2, ranges
+    assert len({start for start, _ in ranges}) == 2
