@@ -234,7 +234,19 @@ class CoexecEngine:
     def _count_fallback(self) -> None:
         self._fallback_iterations.append(self._iteration)
         recent = [i for i in self._fallback_iterations if i > self._iteration - self.window]
-        if len(recent) >= self.max_fallbacks and not self.gave_up:
+        if len(recent) >= self.max_fallbacks and self.whole and self.program_error is None:
+            # the paths do not settle into the program: segments cope with more (new shapes,
+            # paths taken once), so try them before giving up on co-execution
+            self.program, self.program_error = None, f"{len(recent)} fallbacks in a row"
+            self._fallback_iterations.clear()
+            warnings.warn(
+                f"terra-nb: {len(recent)} fallbacks in the last {self.window} iterations in the "
+                f"whole program; co-executing in segments from now on; `terra.explain()` says "
+                f"why.",
+                RuntimeWarning,
+                stacklevel=5,
+            )
+        elif len(recent) >= self.max_fallbacks and not self.gave_up:
             self.gave_up = True
             warnings.warn(
                 f"terra-nb: {len(recent)} fallbacks in the last {self.window} iterations; "

@@ -191,3 +191,38 @@ def test_one_compiled_program_serves_every_new_trip_count():
     assert [s.phase for s in terra.stats][4:] == ["coexec"] * 8
     assert all(p is programs[-1] for p in programs[-6:])  # no new program for a new length
     assert "while (Loop Cond)" in str(programs[-1])
+
+
+def rnn_new_lengths(loop):
+    """An RNN whose sequence length is new every iteration: its backward pass (library code, no
+    user loop) is a new path each time, so the whole program keeps falling back."""
+    cell = keras.layers.SimpleRNNCell(4)
+    cell.build((None, 2))
+    opt = keras.optimizers.SGD(0.01)
+    rng = np.random.default_rng(2)
+    out = []
+    for seq in loop([rng.normal(size=(1, n, 2)).astype("float32") for n in range(2, 20)]):
+        with tf.GradientTape() as tape:
+            h = [tf.zeros((1, 4))]
+            for t in range(seq.shape[1]):
+                _, h = cell(seq[:, t, :], h)
+            loss = tf.reduce_sum(h[0] ** 2)
+        opt.apply_gradients(zip(tape.gradient(loss, cell.trainable_variables),
+                                cell.trainable_variables))
+        out.append(float(loss))
+    return out, [v.numpy() for v in cell.trainable_variables]
+
+
+def test_a_loop_that_keeps_leaving_the_program_goes_on_in_segments():
+    keras.utils.set_random_seed(0)
+    values, variables = rnn_new_lengths(lambda it: it)
+    keras.utils.set_random_seed(0)
+    warned = pytest.warns(RuntimeWarning, match="co-executing in segments from now on")
+    with warned, Terra(**VARIANT) as terra:
+        values2, variables2 = rnn_new_lengths(terra.loop)
+    assert_same_values(values2, values)
+    for a, b in zip(variables, variables2):
+        np.testing.assert_allclose(b, a, rtol=1e-5)
+    assert terra.program is None
+    phases = [s.phase for s in terra.stats]
+    assert "tracing" not in phases[-8:] and "coexec" in phases[-8:], phases  # not given up
