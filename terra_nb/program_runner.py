@@ -9,7 +9,9 @@ program commits the iteration's variable writes when ``end`` sends the last deci
 On a divergence (an op, a path or a read the program does not hold), ``abandon`` lets the earlier
 iterations commit, closes this iteration's channels (nothing of it was committed) and replays the
 ops Python issued eagerly, one by one, on the untouched variables, so that every placeholder
-Python still holds gets its real value; the iteration then goes on in tracing.
+Python still holds gets its real value; the iteration then goes on in tracing. A run that fails
+(an op raising) commits nothing either: ``_check`` replays that iteration's ops eagerly, which
+raises eager's own error after eager's updates, and drops what Python issued after it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from . import capture
 from .generator import make_segment, run_segment
 from .placeholder import Placeholder
 from .program import FEED, Channels, Constant, Program, variable_key
+from .runners import real_argument
 from .structure import PathError, PathWalker
 from .timeline import RunnerSpan
 from .trace import Source
@@ -374,7 +377,7 @@ class WholeProgram:
             return []
         ops_key = tuple((entry.uid, wiring) for entry, wiring, _ in records)
         segment = make_segment((ops_key, tuple(returns)), [r[0] for r in records])
-        args = [_real(a, dtype) for a, (dtype, _) in zip(args, segment.args)]
+        args = [real_argument(a, dtype) for a, (dtype, _) in zip(args, segment.args)]
         with capture.bypass(), record.stop_recording():
             return run_segment(segment, args, self.handles)
 
@@ -426,11 +429,3 @@ def _index_of(options: tuple, node: int, output: int) -> int:
         if type(s) is Source and s.index == node and s.output == output:
             return i
     raise PathError(f"an input comes from node {node}, which the program never feeds there")
-
-
-def _real(value, dtype: str):
-    if isinstance(value, Placeholder):
-        return value.value
-    if isinstance(value, tf.Tensor):
-        return value
-    return tf.convert_to_tensor(value, dtype)

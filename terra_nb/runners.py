@@ -190,12 +190,12 @@ class GraphRunner:
             self._run_op_by_op(item, function)
             return
         specs = function.structured_input_signature[0]
-        args = [_argument(a, spec.dtype) for a, spec in zip(item.args, specs)]
+        args = [real_argument(a, spec.dtype) for a, spec in zip(item.args, specs)]
         self._deliver_values(item, function._call_flat(args, function.captured_inputs))
 
     def _run_op_by_op(self, item: WorkItem, segment: Segment) -> None:
         self.interpreted += 1
-        args = [_argument(a, dtype) for a, (dtype, _) in zip(item.args, segment.args)]
+        args = [real_argument(a, dtype) for a, (dtype, _) in zip(item.args, segment.args)]
         self._deliver_values(item, run_segment(segment, args, self.handles))
 
     def _compile(self, item: WorkItem):
@@ -223,12 +223,16 @@ class GraphRunner:
             placeholder.value = value
 
 
-def _argument(value: Any, dtype: str):
+def real_argument(value: Any, dtype: str):
+    """A segment argument as a tensor: a placeholder's value, a tensor, a Python value."""
     if isinstance(value, Placeholder):
         if value.value is None:
             item = value.item
             if item is not None and item.error is not None:
                 raise item.error  # made by an op that failed
+            failed = getattr(value, "_failed", None)
+            if failed is not None:
+                raise failed  # made by a whole-program iteration that failed
             raise TerraError(f"internal: the value of node {value.node} was not kept")
         return value.value
     if isinstance(value, tf.Tensor):
