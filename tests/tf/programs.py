@@ -115,7 +115,7 @@ def try_except(loop):
     return caught, state(model, opt)
 
 
-def rnn_variable_length(loop):
+def rnn_variable_length(loop, lengths=(3, 5, 2, 5, 3, 4, 3, 5)):
     cell = keras.layers.SimpleRNNCell(6)
     head = keras.layers.Dense(1)
     cell.build((None, 3))
@@ -123,7 +123,7 @@ def rnn_variable_length(loop):
     variables = cell.trainable_variables + head.trainable_variables
     opt = keras.optimizers.SGD(0.01)
     rng = np.random.default_rng(1)
-    seqs = [rng.normal(size=(2, n, 3)).astype("float32") for n in (3, 5, 2, 5, 3, 4, 3, 5)]
+    seqs = [rng.normal(size=(2, n, 3)).astype("float32") for n in lengths]
     out = []
     for seq in loop(seqs):
         with tf.GradientTape() as tape:

@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from programs import CORPUS
+from programs import CORPUS, rnn_variable_length
 from test_coexec import assert_same_values, graph_threads, run
 
 from terra_nb import Terra, TerraUsageError
@@ -133,24 +133,7 @@ def test_a_value_held_as_a_constant_that_changes_diverges_and_is_fed_again():
 def rnn_cycling_lengths(loop):
     """An RNN over sequences whose length cycles: a while loop whose every trip the backward
     pass reads."""
-    cell = keras.layers.SimpleRNNCell(6)
-    head = keras.layers.Dense(1)
-    cell.build((None, 3))
-    head.build((None, 6))
-    variables = cell.trainable_variables + head.trainable_variables
-    opt = keras.optimizers.SGD(0.01)
-    rng = np.random.default_rng(1)
-    seqs = [rng.normal(size=(2, n, 3)).astype("float32") for n in (3, 5, 4) * 6]
-    out = []
-    for seq in loop(seqs):
-        with tf.GradientTape() as tape:
-            h = [tf.zeros((2, 6))]
-            for t in range(seq.shape[1]):
-                _, h = cell(seq[:, t, :], h)
-            loss = tf.reduce_mean(tf.square(head(h[0])))
-        opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        out.append(float(loss))
-    return out, [v.numpy() for v in variables]
+    return rnn_variable_length(loop, lengths=(3, 5, 4) * 6)
 
 
 def test_an_rnn_backward_pass_reads_every_trip_of_the_while_loop():
