@@ -43,22 +43,53 @@ from .trace import Source, TensorSpec
 from .tracegraph import TraceGraph, TraceNode
 
 FEED = "feed"  # the candidate of an op input fed from Python (a feed or a carried value)
+_CAPACITY = 1 << 20
 
 
-@dataclass(frozen=True, eq=False, slots=True)
 class Constant:
     """The candidate of a fed input that had one small value in every co-executed iteration so
     far: the program holds it, and Python checks it (another value is a divergence)."""
 
-    value: Any  # a numpy array
+    __slots__ = ("value", "_last")
+
+    def __init__(self, value) -> None:
+        self.value = value  # a numpy array
+        self._last: Any = None  # the last immutable object found to hold it (a fast check)
 
     def holds(self, value) -> bool:
         """Whether ``value`` is this value, bit for bit where it matters (-0.0 is not 0.0)."""
-        other = np.asarray(value)
-        if other.shape != self.value.shape or not bool(np.all(other == self.value)):
+        if value is self._last:
+            return True
+        other = small_value(value)
+        if other is None or other.shape != self.value.shape:
             return False
-        return other.dtype.kind != "f" or bool(np.all(np.signbit(other) == np.signbit(self.value)))
-_CAPACITY = 1 << 20
+        if not bool(np.all(other == self.value)):
+            return False
+        if other.dtype.kind == "f" and not np.array_equal(np.signbit(other),
+                                                          np.signbit(self.value)):
+            return False
+        if not isinstance(value, np.ndarray):  # tensors and Python numbers cannot change
+            self._last = value
+        return True
+
+
+SMALL = 16  # values of at most this many elements may become constants
+
+
+def small_value(value):
+    """``value`` as a numpy array if it is a small number or array, else None."""
+    if isinstance(value, (bool, int, float, np.generic)):
+        return np.asarray(value)
+    if isinstance(value, np.ndarray):
+        return value.copy() if value.size <= SMALL and value.dtype.kind in "biuf" else None
+    if isinstance(value, tf.Tensor) and hasattr(value, "_numpy_internal"):  # eager, real
+        shape = value._shape_tuple()
+        if shape is None or np.prod(shape, dtype=np.int64) > SMALL:
+            return None
+        if not (value.dtype.is_floating or value.dtype.is_integer or value.dtype.is_bool):
+            return None
+        return value._numpy_internal()  # not a read of Python's: no fetch is reported
+    return None
 
 
 # Folded by the PythonRunner from static shapes: Python computes them, not the program.

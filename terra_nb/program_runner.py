@@ -31,7 +31,7 @@ from tensorflow.python.framework import errors
 from . import capture
 from .generator import make_segment, run_segment
 from .placeholder import Placeholder
-from .program import FEED, Channels, Constant, Program, variable_key
+from .program import FEED, Channels, Constant, Program, small_value, variable_key
 from .runners import real_argument
 from .structure import PathError, PathWalker
 from .timeline import RunnerSpan
@@ -210,7 +210,7 @@ class WholeProgram:
                     value = self.materialise(x)
                 held = options[choice]
                 if type(held) is Constant:
-                    if not held.holds(_small(value)):
+                    if not held.holds(value):
                         self.varying.add((node.id, i))
                         raise PathError(f"input {i} of node {node.id} changed from the value "
                                         f"the program holds")
@@ -253,13 +253,13 @@ class WholeProgram:
         """Note a fed value: a small one that stays the same can become a constant."""
         if key in self.varying:
             return
-        small = _small(value)
+        small = small_value(value)
         if small is None:
             self.varying.add(key)
             return
         seen = self._values.get(key)
         if seen is None:
-            self._values[key] = Constant(small)
+            self._values[key] = Constant(np.array(small))  # a copy: a tensor's view otherwise
         elif not seen.holds(small):
             self.varying.add(key)
 
@@ -401,26 +401,6 @@ def _fed_index(options: tuple) -> int | None:
     for i, o in enumerate(options):
         if o == FEED or type(o) is Constant:
             return i
-    return None
-
-
-_SMALL = 16  # values of at most this many elements may become constants
-
-
-def _small(value):
-    """``value`` as a numpy array if it is a small number or array, else None."""
-    if isinstance(value, (bool, int, float, np.generic)):
-        return np.asarray(value)
-    if isinstance(value, np.ndarray):
-        return value.copy() if value.size <= _SMALL and value.dtype.kind in "biuf" else None
-    if isinstance(value, tf.Tensor) and not isinstance(value, Placeholder):
-        shape = value._shape_tuple()
-        if shape is None or np.prod(shape, dtype=np.int64) > _SMALL or value.dtype.is_complex:
-            return None
-        if not (value.dtype.is_floating or value.dtype.is_integer or value.dtype.is_bool):
-            return None
-        with capture.bypass():
-            return value.numpy()
     return None
 
 
