@@ -50,23 +50,20 @@ class Constant:
     """The candidate of a fed input that had one small value in every co-executed iteration so
     far: the program holds it, and Python checks it (another value is a divergence)."""
 
-    __slots__ = ("value", "_last")
+    __slots__ = ("value", "_bytes", "_last")
 
     def __init__(self, value) -> None:
-        self.value = value  # a numpy array
+        self.value = np.array(value)  # a copy
+        self._bytes = self.value.tobytes()
         self._last: Any = None  # the last immutable object found to hold it (a fast check)
 
     def holds(self, value) -> bool:
-        """Whether ``value`` is this value, bit for bit where it matters (-0.0 is not 0.0)."""
+        """Whether ``value`` is this value bit for bit (so -0.0 is not 0.0), of its dtype."""
         if value is self._last:
             return True
         other = small_value(value)
-        if other is None or other.shape != self.value.shape:
-            return False
-        if not bool(np.all(other == self.value)):
-            return False
-        if other.dtype.kind == "f" and not np.array_equal(np.signbit(other),
-                                                          np.signbit(self.value)):
+        if (other is None or other.dtype != self.value.dtype or other.shape != self.value.shape
+                or other.tobytes() != self._bytes):
             return False
         if not isinstance(value, np.ndarray):  # tensors and Python numbers cannot change
             self._last = value
@@ -78,17 +75,19 @@ SMALL = 16  # values of at most this many elements may become constants
 
 def small_value(value):
     """``value`` as a numpy array if it is a small number or array, else None."""
-    if isinstance(value, (bool, int, float, np.generic)):
+    kind = type(value)
+    if kind is float or kind is int or kind is bool or isinstance(value, np.generic):
         return np.asarray(value)
-    if isinstance(value, np.ndarray):
-        return value.copy() if value.size <= SMALL and value.dtype.kind in "biuf" else None
+    if kind is np.ndarray:
+        return value if value.size <= SMALL and value.dtype.kind in "biuf" else None
     if isinstance(value, tf.Tensor) and hasattr(value, "_numpy_internal"):  # eager, real
-        shape = value._shape_tuple()
-        if shape is None or np.prod(shape, dtype=np.int64) > SMALL:
+        size = 1
+        for d in value._shape_tuple():
+            size *= d
+        if size > SMALL:
             return None
-        if not (value.dtype.is_floating or value.dtype.is_integer or value.dtype.is_bool):
-            return None
-        return value._numpy_internal()  # not a read of Python's: no fetch is reported
+        array = value._numpy_internal()  # not a read of Python's: no fetch is reported
+        return array if array.dtype.kind in "biuf" else None
     return None
 
 

@@ -259,7 +259,7 @@ class WholeProgram:
             return
         seen = self._values.get(key)
         if seen is None:
-            self._values[key] = Constant(np.array(small))  # a copy: a tensor's view otherwise
+            self._values[key] = Constant(small)
         elif not seen.holds(small):
             self.varying.add(key)
 
