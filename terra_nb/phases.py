@@ -66,6 +66,9 @@ class EagerEngine:
     def end(self) -> IterationResult:
         return IterationResult("eager")
 
+    def drain(self) -> None:
+        """At the end of a loop: wait for the graph and raise a failure Python was not told of."""
+
     def close(self) -> None:
         pass
 
@@ -254,6 +257,9 @@ class CoexecEngine:
                 RuntimeWarning,
                 stacklevel=5,
             )
+
+    def drain(self) -> None:
+        self.runner.drain()
 
     def close(self) -> None:
         with self._hold:

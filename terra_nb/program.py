@@ -142,6 +142,7 @@ class Channels:
     path: Any
     feeds: dict[str, Any]
     fetches: dict[str, Any]
+    closed: bool = False  # runs still queued with them must not start (values may be left)
 
     def handles(self) -> list:
         return [self.path.queue_ref] + [q.queue_ref for _, q in sorted(self.feeds.items())] + [
@@ -150,6 +151,7 @@ class Channels:
 
     def close(self) -> None:
         """Abandon the run: a program waiting on a queue fails at once (``OutOfRangeError``)."""
+        self.closed = True
         for q in [self.path, *self.feeds.values(), *self.fetches.values()]:
             q.close(cancel_pending_enqueues=True)
 

@@ -72,6 +72,8 @@ class ProgramThread:
             start = time.perf_counter()
             self.spans.append(RunnerSpan("graph", "stall", iteration, "coexec", idle, start))
             try:
+                if channels.closed:  # a failed or abandoned run's: what is left is not ours
+                    continue
                 with capture.bypass():
                     program.run(channels)
             except (errors.OutOfRangeError, errors.CancelledError):
@@ -146,7 +148,8 @@ class WholeProgram:
         self._iteration = iteration
         self.failed = None
         self._drain(iteration - 2)  # bounded run-ahead: fetched values do not pile up
-        while self._unfinished and self._unfinished[0][0] <= self.thread.done:
+        while (self._unfinished and self._unfinished[0][0] <= self.thread.done
+               and self.thread.error is None):  # a failed run's ops are replayed first
             self._unfinished.popleft()
         self._walker = PathWalker(program.plan, program.same)
         self._records, self._args, self._made = [], [], {}
@@ -240,6 +243,13 @@ class WholeProgram:
         """Send the decisions and feeds held back (one enqueue for all decisions)."""
         decisions, feeds = self._decisions, self._feeds
         self._decisions, self._feeds = [], []
+        try:
+            self._send(decisions, feeds)
+        except (errors.OutOfRangeError, errors.CancelledError):  # the run failed, closing them
+            self._check()
+            raise
+
+    def _send(self, decisions: list[int], feeds: list) -> None:
         with capture.bypass():
             if decisions:
                 self.channels.path.enqueue_many([np.asarray(decisions, np.int32)])
@@ -324,8 +334,13 @@ class WholeProgram:
         if error is None:
             return
         self.thread.error = None
-        failed = next(((r, a) for _, i, r, a in self._unfinished
-                       if i == self.thread.error_iteration), (self._records, self._args))
+        failed_iteration = self.thread.error_iteration
+        failed = next(((r, a) for _, i, r, a in self._unfinished if i == failed_iteration),
+                      (self._records, self._args))
+        try:  # the iterations before it committed: their fetched values are in the queues
+            self._drain(failed_iteration - 1)
+        except (errors.OutOfRangeError, errors.CancelledError):
+            pass
         dropped = [ref for order in self._fetch_order.values() for _, ref in order]
         dropped += [ref for _, _, refs in self._records for ref in refs]
         self._unfinished.clear()

@@ -171,6 +171,13 @@ class PythonRunner:
             return None
         return self.log.finish(self.iteration)
 
+    def drain(self) -> None:
+        """Run every confirmed op and raise a failure Python was not told of yet."""
+        self.flush()
+        self._wait_idle()
+        if self.whole is not None:
+            self.whole.settle()
+
     def close(self) -> None:
         """Run every confirmed op, stop the GraphRunner, keep live placeholders usable."""
         try:

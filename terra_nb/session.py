@@ -194,6 +194,7 @@ class Terra:
                 ended = "completed"
             finally:
                 self._end(ended)
+        self._engine.drain()  # an op that failed in the graph raises here, inside the loop
 
     def _check_open(self, what: str) -> None:
         if self._state == "new":
@@ -205,8 +206,9 @@ class Terra:
         self._check_open("an iteration")
         if self._iteration is not None:
             raise TerraUsageError("a Terra iteration is already running; iterations cannot nest")
-        self._iteration = ExitStack()
-        self._iteration.enter_context(self._engine.begin(root_frame, len(self._stats)))
+        iteration = ExitStack()
+        iteration.enter_context(self._engine.begin(root_frame, len(self._stats)))
+        self._iteration = iteration  # only once it began: an error raised there ends nothing
         self._t_start = time.perf_counter()
 
     def _end(self, ended: str) -> None:
