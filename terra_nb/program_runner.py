@@ -47,6 +47,7 @@ class ProgramThread:
         self.error: BaseException | None = None
         self.error_iteration = -1  # the iteration whose run failed
         self.done = 0  # iterations finished (committed, abandoned or failed), in order
+        self.abandoned = 0  # runs dropped on a divergence
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="terra-graph-runner", daemon=True)
         self._thread.start()
@@ -77,7 +78,7 @@ class ProgramThread:
                 with capture.bypass():
                     program.run(channels)
             except (errors.OutOfRangeError, errors.CancelledError):
-                pass  # abandoned by Python: nothing was committed
+                self.abandoned += 1  # dropped by Python (a divergence): nothing was committed
             except BaseException as error:  # a failing op: Python raises it at its next wait
                 self.error, self.error_iteration = error, iteration
                 channels.close()

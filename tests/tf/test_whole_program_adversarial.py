@@ -9,7 +9,6 @@ regression test.
 import contextlib
 import io
 import sys
-import threading
 import warnings
 
 import keras
@@ -17,31 +16,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from test_coexec import assert_same_values, graph_threads
+from watchdog import in_thread
 
 from terra_nb import Terra
 
 VARIANT = {"mode": "coexec", "program": "whole"}
 TIMEOUT = 180  # seconds per run: longer means a deadlock
-
-
-def _in_thread(fn, timeout=TIMEOUT):
-    """Run ``fn()`` in a daemon thread; fail (instead of hanging) if it does not finish."""
-    box = {}
-
-    def target():
-        try:
-            box["value"] = fn()
-        except BaseException as error:  # noqa: BLE001 - handed back to the test
-            box["error"] = error
-
-    thread = threading.Thread(target=target, name="adversarial-run", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        pytest.fail(f"deadlock: the run did not finish within {timeout}s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def run_plain(program, seed=0):
@@ -52,7 +32,7 @@ def run_plain(program, seed=0):
             values, variables = program(lambda it: it)
         return values, variables, out.getvalue()
 
-    return _in_thread(fn)
+    return in_thread(fn, TIMEOUT)
 
 
 def run_whole(program, seed=0, **options):
@@ -66,7 +46,7 @@ def run_whole(program, seed=0, **options):
         terra.caught_warnings = [str(w.message) for w in caught]
         return values, variables, out.getvalue(), terra
 
-    return _in_thread(fn)
+    return in_thread(fn, TIMEOUT)
 
 
 def assert_same_variables(a, b):
@@ -536,7 +516,7 @@ def runtime_error_run(use_terra, read):
             pass
         return float(w), float(counter)
 
-    return _in_thread(fn)
+    return in_thread(fn, TIMEOUT)
 
 
 def test_runtime_error_in_the_program_commits_like_eager():
@@ -967,7 +947,7 @@ def test_step_api_with_an_exception_inside_a_step():
                     except ValueError:
                         log.append("bad")
             return log, [w.numpy(), v.numpy()]
-        return _in_thread(fn)
+        return in_thread(fn, TIMEOUT)
 
     log, variables = run(False)
     log2, variables2 = run(True)

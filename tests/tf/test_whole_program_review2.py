@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from test_coexec import assert_same_values, graph_threads
+from watchdog import in_thread
 
 from terra_nb import Terra
 from terra_nb.location import loop_ranges
@@ -28,25 +29,6 @@ SEGMENTS = {"mode": "coexec"}
 WHOLE = {"mode": "coexec", "program": "whole"}
 MODES = {"segments": SEGMENTS, "whole": WHOLE}
 TIMEOUT = 120  # seconds per run: longer means a deadlock
-
-
-def _in_thread(fn, timeout=TIMEOUT):
-    box = {}
-
-    def target():
-        try:
-            box["value"] = fn()
-        except BaseException as error:  # noqa: BLE001 - handed back to the test
-            box["error"] = error
-
-    thread = threading.Thread(target=target, name="review2-run", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        pytest.fail(f"deadlock: the run did not finish within {timeout}s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def _nan_safe(x):
@@ -73,7 +55,7 @@ def run(program, options, seed=0):
                         values, variables = program(terra.loop)
         return _nan_safe(values), variables, out.getvalue(), terra
 
-    return _in_thread(fn)
+    return in_thread(fn, TIMEOUT)
 
 
 def assert_same_variables(a, b):
@@ -716,7 +698,7 @@ def test_learned_reused_by_a_second_whole_loop_with_new_variables_and_constants(
                 else:
                     results.append(lr_program(lr)(lambda it: it))
             return results
-        return _in_thread(fn)
+        return in_thread(fn, TIMEOUT)
 
     eager, whole = run_two(False), run_two(True)
     for (v1, w1), (v2, w2) in zip(eager, whole):
