@@ -5,16 +5,19 @@ point, a ``tf.while_loop`` (or an unrolled body) at each loop node, every op nod
 segment. It talks to Python through ``Channels``, FIFO queues passed in as arguments:
 
 - **Case Select / Loop Cond** (``path``, int32): before each case, the branch; before each trip of
-  a while loop, 1 or 0; before an op input with several sources, which one; at the end, 1 (commit).
-- **Input Feeding** (``feeds``, one queue per dtype): a value Python made for an op input.
+  a while loop, 1 or 0; at an op input with several sources, which one; at a read of a value a
+  loop computed, which trip's; at the end, 1 (commit).
+- **Input Feeding** (``feeds``, one queue per dtype): a value Python made for an op input, unless
+  the program holds it as a ``Constant``.
 - **Output Fetching** (``fetches``, one queue per dtype): each fetch point's value, in order.
 
 Variables are captured, and written only at the end: inside the program a variable's writes
-become local values (reads see them), and the last path decision (``COMMIT``) releases the
-assignments. Until then an iteration can be abandoned by closing its channels, and nothing it did
-is visible: Python replays its ops eagerly on the untouched variables. A stateful op that cannot
-be kept local this way (a stateful random op, a print) makes the TraceGraph unfit for one program
-(``ProgramError``); co-execution then runs segments.
+become local values (reads see them), and the commit releases the assignments once every other
+op has run. Until then an iteration can be abandoned by closing its channels, and nothing it did
+is visible: Python replays its ops eagerly on the untouched variables. An op whose effects cannot
+wait for the commit (making a variable, a stateful random op, a print) cuts the branches that
+hold it (``unfit``); on every path, it makes the TraceGraph unfit for one program
+(``ProgramError``), and co-execution runs segments.
 """
 
 from __future__ import annotations
