@@ -186,45 +186,11 @@ class WholeProgram:
         for i, x in enumerate(flat):
             options = self.program.options[node.id][i]
             if type(x) is Placeholder and id(x) in self._made:  # the program has it too
-                pos, src_node, k, trips = self._made[id(x)]
-                choice = _index_of(options, src_node, k)
-                if choice is not None and len(options) > 1:
-                    decisions.append(choice)
-                choice = None
-                trip = self._trip_of(src_node, k, trips)
-                if trip is not None:
-                    decisions.append(trip)
-                elif self._latest[(src_node, k)] != id(x):
-                    # inside a loop the program keeps the latest value of a node
-                    raise PathError(f"node {node.id} reads an earlier trip's value of node "
-                                    f"{src_node}")
-                wiring.append(("op", pos, k))
-            elif not options:  # a variable
-                if type(x) is Placeholder or variable_key(node) != f"v{x._id}":
-                    raise PathError(f"node {node.id} reads another variable")
-                self.handles[x._id] = x
-                choice = None
-                wiring.append(("var", x._id, 0))
+                wiring.append(self._computed(node, x, options, decisions))
+            elif not options:
+                wiring.append(self._variable(node, x))
             else:
-                choice = _fed_index(options)
-                if choice is None:
-                    raise PathError(f"node {node.id} input {i} is fed where the program computes")
-                value = x.value if type(x) is Placeholder else x
-                if value is None:  # a placeholder of an earlier iteration not fetched yet
-                    value = self.materialise(x)
-                held = options[choice]
-                if type(held) is Constant:
-                    if not held.holds(value):
-                        self.varying.add((node.id, i))
-                        raise PathError(f"input {i} of node {node.id} changed from the value "
-                                        f"the program holds")
-                else:
-                    feeds.append((node.input_specs[i].dtype, value))
-                    self._learn((node.id, i), value)
-                wiring.append(("arg", len(self._args), 0))
-                self._args.append(value)
-            if choice is not None and len(options) > 1:
-                decisions.append(choice)
+                wiring.append(self._fed(node, i, x, options, decisions, feeds))
         position = len(self._records)
         trips = tuple((loop, trip) for loop, trip in self._walker.trips)
         for k, ph in enumerate(outs):
@@ -239,6 +205,50 @@ class WholeProgram:
         if node.id in self.read_nodes or len(self._decisions) + len(self._feeds) >= self.batch:
             self.flush()  # a value Python reads: the program computes it while Python goes on
         return len(feeds)
+
+    def _computed(self, node, x: Placeholder, options: tuple, decisions: list) -> tuple:
+        """An input the program computed this iteration: which source, which loop trip."""
+        pos, source, k, trips = self._made[id(x)]
+        if len(options) > 1:
+            decisions.append(_index_of(options, source, k))
+        else:
+            _index_of(options, source, k)  # the one source the program reads there
+        trip = self._trip_of(source, k, trips)
+        if trip is not None:
+            decisions.append(trip)
+        elif self._latest[(source, k)] != id(x):
+            # inside a loop the program keeps the latest value of a node
+            raise PathError(f"node {node.id} reads an earlier trip's value of node {source}")
+        return ("op", pos, k)
+
+    def _variable(self, node, x) -> tuple:
+        """A variable input: it must be the variable the program captured there."""
+        if type(x) is Placeholder or variable_key(node) != f"v{x._id}":
+            raise PathError(f"node {node.id} reads another variable")
+        self.handles[x._id] = x
+        return ("var", x._id, 0)
+
+    def _fed(self, node, i: int, x, options: tuple, decisions: list, feeds: list) -> tuple:
+        """An input Python supplies: checked against a constant the program holds, or fed."""
+        choice = _fed_index(options)
+        if choice is None:
+            raise PathError(f"node {node.id} input {i} is fed where the program computes")
+        value = x.value if type(x) is Placeholder else x
+        if value is None:  # a placeholder of an earlier iteration not fetched yet
+            value = self.materialise(x)
+        held = options[choice]
+        if type(held) is Constant:
+            if not held.holds(value):
+                self.varying.add((node.id, i))
+                raise PathError(f"input {i} of node {node.id} changed from the value the "
+                                f"program holds")
+        else:
+            feeds.append((node.input_specs[i].dtype, value))
+            self._learn((node.id, i), value)
+        if len(options) > 1:
+            decisions.append(choice)
+        self._args.append(value)
+        return ("arg", len(self._args) - 1, 0)
 
     def flush(self) -> None:
         """Send the decisions and feeds held back (one enqueue for all decisions)."""
