@@ -175,10 +175,11 @@ class WholeProgram:
 
     # -- ops --------------------------------------------------------------------------------
 
-    def issue(self, entry, flat: list, outs: list) -> int:
+    def issue(self, entry, flat: list, outs: list, boundary: int | None = None,
+              loops: tuple[int, ...] = ()) -> int:
         """Send what the program reads at ``entry``'s node; raise ``PathError`` if it cannot.
-        Returns the number of inputs fed from Python."""
-        matched, decisions = self._walker.step(entry.node)
+        ``boundary``/``loops``: see ``PathWalker.step``. Returns the number of inputs fed."""
+        matched, decisions = self._walker.step(entry.node, boundary, loops)
         node = self.program.graph.nodes[matched]
         if len(flat) != len(node.sources) or entry.attrs != node.attrs:
             raise PathError(f"node {node.id} called with other attributes or input count")

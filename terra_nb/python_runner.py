@@ -293,8 +293,11 @@ class PythonRunner:
             self._whole_on, self.state = False, "tracing"
             return self._trace_op(run, op_name, args, attrs, loc)
         if self._whole_on:
+            prev = self.log.last_loc  # where a new trip begins tells paths apart
+            boundary = None if prev is None else self.locations.boundary(prev, loc)
+            loops = self.locations.locations[loc].loops
             try:
-                self.feeds += self.whole.issue(entry, flat, outs)
+                self.feeds += self.whole.issue(entry, flat, outs, boundary, loops)
             except PathError as error:
                 self._leave_program(str(error), entry.op_type, self._where(loc))
                 return self._trace_op(run, op_name, args, attrs, loc)

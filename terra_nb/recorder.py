@@ -66,6 +66,11 @@ class TraceRecorder:
         self._fetched.append(tensor)
 
     @property
+    def last_loc(self) -> int | None:
+        """The location of the op logged last this iteration (None before the first)."""
+        return self._raw[-1][4] if self._raw else None
+
+    @property
     def count(self) -> int:
         """Ops logged since ``begin``."""
         return len(self._raw)

@@ -49,6 +49,7 @@ class CaseItem:
     branches: tuple[Block, ...]
     cut: tuple[str | None, ...]
     entries: tuple[frozenset[int], ...] = ()
+    direct: tuple[frozenset[int], ...] = ()  # the entries that are ops of the branch itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,7 @@ class LoopItem:
     node: int
     body: Block
     unrolled: int | None
+    loop: int = -1  # the user loop (``LocationTable`` loop id)
     entry: frozenset[int] = frozenset()
     after: frozenset[int] = frozenset()
 
@@ -200,13 +202,15 @@ class _Planner:
         node = self.graph.nodes[n]
         start, end = node.body
         trips = node.trip_counts
-        return LoopItem(n, self.chain(start, end), trips[0] if len(trips) == 1 else None)
+        unrolled = trips[0] if len(trips) == 1 else None
+        return LoopItem(n, self.chain(start, end), unrolled, node.loop)
 
 
 def _annotate(block: Block, follow: frozenset[int], same: dict[int, int]) -> Block:
     """Fill in which ops (as ``same`` ids) start each branch and each loop trip, given the ops
     that may follow ``block``; raise ``ProgramError`` where the next op would not tell the paths
-    apart."""
+    apart. An op that can start a branch or follow it (an ``if`` in a loop body: the same trip,
+    or the next) is told apart by whether a new trip began there (``PathWalker.step``)."""
     out: list[Item] = []
     nxt = follow
     for item in reversed(block):
@@ -215,17 +219,19 @@ def _annotate(block: Block, follow: frozenset[int], same: dict[int, int]) -> Blo
         elif type(item) is CaseItem:
             branches = tuple(_annotate(b, nxt, same) for b in item.branches)
             entries = tuple(_firsts(b, nxt, same) for b in branches)
-            _check_disjoint(entries, f"the branches after node {item.at}")
-            item = CaseItem(item.at, branches, item.cut, entries)
+            direct = tuple(_firsts(b, frozenset(), same) for b in branches)
+            _check_disjoint(direct, f"the branches after node {item.at}")
+            _check_disjoint(tuple(e - d for e, d, b in zip(entries, direct, branches) if b),
+                            f"the branches after node {item.at}")
+            item = CaseItem(item.at, branches, item.cut, entries, direct)
             nxt = frozenset().union(*entries)
         else:
             probe = _annotate(item.body, frozenset({_BODY_END}), same)
             entry = _firsts(probe, frozenset({_BODY_END}), same)
             if _BODY_END in entry:
                 raise ProgramError(f"loop node {item.node} has a trip that may run no op")
-            _check_disjoint((entry, nxt), f"a new trip of loop node {item.node} and what follows")
             body = _annotate(item.body, entry | nxt, same)
-            item = LoopItem(item.node, body, item.unrolled, entry, nxt)
+            item = LoopItem(item.node, body, item.unrolled, item.loop, entry, nxt)
             nxt = entry
         out.append(item)
     return tuple(reversed(out))
@@ -263,11 +269,18 @@ class PathWalker:
         self._matched = END
         self._out: list[int] = []
         self.trips: list[list[int]] = []  # [loop node, trip] of the loops open at the last op
+        self._open: list[int] = []  # the user loop ids of those loops
+        self._boundary: int | None = None  # the user loop that began a new trip at this op
+        self._loops: tuple[int, ...] = ()  # the user loops around this op
         self._walk = self._top(block)
         next(self._walk)
 
-    def step(self, node: int) -> tuple[int, list[int]]:
+    def step(self, node: int, boundary: int | None = None,
+             loops: tuple[int, ...] = ()) -> tuple[int, list[int]]:
+        """``boundary``: the user loop that began a new iteration at this op (if any);
+        ``loops``: the user loops around it (``LocationTable``), as tracing saw them."""
         self._node, self._out = self._same.get(node, node), []
+        self._boundary, self._loops = boundary, loops
         self._walk.send(None)
         return self._matched, self._out
 
@@ -294,7 +307,7 @@ class PathWalker:
                 self._matched = item.node
                 yield
             elif type(item) is CaseItem:
-                branch = _branch_of(item, self._node)
+                branch = self._branch_of(item)
                 if item.cut[branch]:
                     raise PathError(item.cut[branch])
                 self._out.append(branch)
@@ -306,7 +319,9 @@ class PathWalker:
         trips = 0
         open_loop = [item.node, 0]
         self.trips.append(open_loop)
-        while self._node in item.entry:
+        self._open.append(item.loop)
+        while self._node in item.entry and (trips == 0 or self._node not in item.after
+                                            or self._boundary == item.loop):
             if item.unrolled is None:
                 self._out.append(1)
             elif trips == item.unrolled:
@@ -315,14 +330,28 @@ class PathWalker:
             yield from self._block(item.body)
             trips += 1
         self.trips.pop()
+        self._open.pop()
         if item.unrolled is None:
             self._out.append(0)
         elif trips != item.unrolled:
             raise PathError(f"loop node {item.node} ran {trips} trips, not {item.unrolled}")
 
 
-def _branch_of(item: CaseItem, node: int) -> int:
-    for i, entry in enumerate(item.entries):
-        if node in entry:
-            return i
-    raise PathError(f"node {node} starts no branch after node {item.at}")
+    def _branch_of(self, item: CaseItem) -> int:
+        """The branch the next op is in: the one it starts, or the one it follows when it
+        begins a new trip of (or lies outside) the loop around the case."""
+        node = self._node
+        starts = [i for i, d in enumerate(item.direct) if node in d]
+        follows = [i for i, (e, d) in enumerate(zip(item.entries, item.direct))
+                   if node in e and node not in d]
+        if starts and (not follows or not self._beyond_trip()):
+            return starts[0]
+        if follows:
+            return follows[0]
+        raise PathError(f"node {node} starts no branch after node {item.at}")
+
+    def _beyond_trip(self) -> bool:
+        """Whether this op begins a new trip of the innermost open loop, or lies outside it."""
+        if not self._open:
+            return False
+        return self._boundary in self._open or self._open[-1] not in self._loops

@@ -209,3 +209,32 @@ def test_a_loop_that_keeps_leaving_the_program_goes_on_in_segments():
     assert terra.program is None
     phases = [s.phase for s in terra.stats]
     assert "tracing" not in phases[-8:] and "coexec" in phases[-8:], phases  # not given up
+
+
+def branch_in_a_loop_body(loop):
+    """An ``if`` inside a user loop whose trip count changes: the next op alone cannot tell the
+    same trip from the next one; where tracing saw a new trip begin decides."""
+    w = tf.Variable(np.ones(3, np.float32))
+    out = []
+    for i in loop(range(24)):
+        h = w * 1.0
+        for t in range(2 + i % 3):
+            if (t + i) % 2:
+                h = tf.tanh(h)
+            else:
+                h = h * 0.5
+        w.assign(h + 0.1)
+        out.append(float(tf.reduce_sum(h)))
+    return out, [w.numpy()]
+
+
+def test_a_branch_inside_a_while_loop_body():
+    values, variables = branch_in_a_loop_body(lambda it: it)
+    with Terra(**VARIANT) as terra:
+        values2, variables2 = branch_in_a_loop_body(terra.loop)
+    assert_same_values(values2, values)
+    np.testing.assert_allclose(variables2[0], variables[0], rtol=1e-6)
+    text = str(terra.program)
+    loop_at = text.index("while (Loop Cond)")
+    assert "case after" in text[loop_at:], text  # a case inside the while loop's body
+    assert [s.phase for s in terra.stats][-8:] == ["coexec"] * 8
