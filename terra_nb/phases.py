@@ -166,20 +166,27 @@ class CoexecEngine:
         return capture.capturing(self.runner)
 
     def _program(self) -> Program | None:
-        """The whole program of the current TraceGraph (generated again when it grew); None,
-        with a warning once, when the TraceGraph cannot be one program (segments then)."""
+        """The whole program of the current TraceGraph (generated again when it grew, or to hold
+        the constants learned); None, with a warning once, when the TraceGraph cannot be one
+        program (segments then)."""
         graph = self.learned.builder.finish()
-        whole, constants = self.runner.whole, None
-        if self.program is not None and self.program.graph is graph:
-            constants = whole.constants(self.program) if whole is not None else None
+        whole = self.runner.whole
+        old = self.program
+        if old is not None and old.graph is graph:
+            constants = whole.constants(old) if whole is not None else None
             if constants is None:
-                return self.program
+                return old
+        else:  # the graph grew: keep holding what the old program held and still holds
+            constants = whole.kept_constants(old) if whole is not None and old else None
         if self.program_error is not None:
             return None
         self.runner.sync()  # the old program's runs finish first
         try:
             self.program = build_program(graph, self.learned.handles, constants)
         except ProgramError as error:
+            if old is not None and old.graph is graph:  # only the constants failed: keep it
+                whole.max_rebuilds = whole.rebuilds
+                return old
             self.program, self.program_error = None, str(error)
             warnings.warn(f"terra-nb: co-executing in segments, not one program: {error}",
                           RuntimeWarning, stacklevel=5)
@@ -240,7 +247,7 @@ class CoexecEngine:
         if len(recent) >= self.max_fallbacks and self.whole and self.program_error is None:
             # the paths do not settle into the program: segments cope with more (new shapes,
             # paths taken once), so try them before giving up on co-execution
-            self.program, self.program_error = None, f"{len(recent)} fallbacks in a row"
+            self.program, self.program_error = None, f"{len(recent)} fallbacks"
             self._fallback_iterations.clear()
             warnings.warn(
                 f"terra-nb: {len(recent)} fallbacks in the last {self.window} iterations in the "

@@ -80,7 +80,8 @@ class ProgramThread:
             except (errors.OutOfRangeError, errors.CancelledError):
                 self.abandoned += 1  # dropped by Python (a divergence): nothing was committed
             except BaseException as error:  # a failing op: Python raises it at its next wait
-                self.error, self.error_iteration = error, iteration
+                with self._cond:
+                    self.error, self.error_iteration = error, iteration
                 channels.close()
             finally:
                 idle = time.perf_counter()
@@ -113,10 +114,11 @@ class WholeProgram:
         self.submitted = 0
         self._walker: PathWalker | None = None
         self._records: list[tuple] = []  # per issued op: (entry, wiring, output refs)
+        self._made: dict[int, tuple] = {}  # id(placeholder) -> (position, node, output, trips)
+        self._latest: dict[tuple[int, int], int] = {}  # (node, output) -> id of its newest value
         self._decisions: list[int] = []  # held back until a flush
         self._feeds: list[tuple[str, Any]] = []
         self._args: list = []  # the values fed to the iteration's ops, for the replay
-        self._made: dict[int, tuple[int, int, int]] = {}  # id(placeholder) -> (pos, node, out)
         self._fetch_order: dict[str, deque] = {}  # dtype -> (iteration, placeholder ref)
         self._iteration = 0
         self._ticket = 0
@@ -155,7 +157,7 @@ class WholeProgram:
         self._walker = PathWalker(program.plan, program.same)
         self._records, self._args, self._made = [], [], {}
         self._decisions, self._feeds = [], []
-        self._latest: dict[tuple[int, int], int] = {}  # (node, output) -> id of its newest value
+        self._latest = {}
         self.thread.submit(program, self.channels, iteration)
         self.submitted += 1
         self._ticket = self.submitted
@@ -184,8 +186,9 @@ class WholeProgram:
         if len(flat) != len(node.sources) or entry.attrs != node.attrs:
             raise PathError(f"node {node.id} called with other attributes or input count")
         wiring, feeds = [], []
+        inputs = self.program.options[node.id]
         for i, x in enumerate(flat):
-            options = self.program.options[node.id][i]
+            options = inputs[i]
             if type(x) is Placeholder and id(x) in self._made:  # the program has it too
                 wiring.append(self._computed(node, x, options, decisions))
             elif not options:
@@ -226,7 +229,8 @@ class WholeProgram:
         """A variable input: it must be the variable the program captured there."""
         if type(x) is Placeholder or variable_key(node) != f"v{x._id}":
             raise PathError(f"node {node.id} reads another variable")
-        self.handles[x._id] = x
+        if x._id not in self.handles:
+            self.handles[x._id] = x
         return ("var", x._id, 0)
 
     def _fed(self, node, i: int, x, options: tuple, decisions: list, feeds: list) -> tuple:
@@ -273,21 +277,25 @@ class WholeProgram:
 
     def _learn(self, key: tuple[int, int], value) -> None:
         """Note a fed value: a small one that stays the same can become a constant."""
-        if key in self.varying:
+        if key in self.varying or self.rebuilds >= self.max_rebuilds:
+            return
+        seen = self._values.get(key)
+        if seen is not None:
+            if not seen.holds(value):
+                self.varying.add(key)
             return
         small = small_value(value)
         if small is None:
             self.varying.add(key)
-            return
-        seen = self._values.get(key)
-        if seen is None:
+        else:
             self._values[key] = Constant(small)
-        elif not seen.holds(small):
-            self.varying.add(key)
 
     def constants(self, program: Program) -> dict | None:
         """The constants a regenerated ``program`` should hold, once the current one has run
-        ``learn_iterations`` iterations and they differ from its own; else None."""
+        ``learn_iterations`` iterations and they differ from its own; else None. A constant
+        that changed is always dropped (or every iteration would fall back)."""
+        if any(k in self.varying for k in program.constants):
+            return self.kept_constants(program)
         if self._runs_of_program < self.learn_iterations or self.rebuilds >= self.max_rebuilds:
             return None
         wanted = {k: c.value for k, c in self._values.items() if k not in self.varying}
@@ -295,6 +303,10 @@ class WholeProgram:
             return None
         self.rebuilds += 1
         return wanted
+
+    def kept_constants(self, program: Program) -> dict:
+        """The constants ``program`` holds that did not change (for its successor)."""
+        return {k: v for k, v in program.constants.items() if k not in self.varying}
 
     def _trip_of(self, node: int, output: int, trips: tuple) -> int | None:
         """The trip of its loop a value was made in, when the program reads it after that loop
@@ -342,11 +354,11 @@ class WholeProgram:
         """If a run failed: drop every run not committed, replay the failed iteration's ops
         eagerly (which raises eager's own error, with eager's updates up to the failing op),
         and raise that error; what Python issued after it never runs, and reading it raises."""
-        error = self.thread.error
+        with self.thread._cond:
+            error, failed_iteration = self.thread.error, self.thread.error_iteration
+            self.thread.error = None
         if error is None:
             return
-        self.thread.error = None
-        failed_iteration = self.thread.error_iteration
         failed = next(((r, a) for _, i, r, a in self._unfinished if i == failed_iteration),
                       (self._records, self._args))
         try:  # the iterations before it committed: their fetched values are in the queues
@@ -418,7 +430,10 @@ class WholeProgram:
             self._drain(self._iteration)
 
     def close(self) -> None:
+        """Let every run finish (an iteration left unfinished is dropped) and stop the thread."""
         try:
+            if self._walker is not None:  # its run would wait for Python forever
+                self.abandon()  # and its ops run eagerly, as eager ran them
             self.settle()
         finally:
             self.thread.close()

@@ -238,3 +238,16 @@ def test_a_branch_inside_a_while_loop_body():
     loop_at = text.index("while (Loop Cond)")
     assert "case after" in text[loop_at:], text  # a case inside the while loop's body
     assert [s.phase for s in terra.stats][-8:] == ["coexec"] * 8
+
+
+def test_a_constant_that_changes_after_the_last_rebuild_is_dropped(monkeypatch):
+    from terra_nb.program_runner import WholeProgram
+
+    monkeypatch.setattr(WholeProgram, "max_rebuilds", 1)  # spent on learning the constants
+    _, eager = schedule_loop(lambda it: it)
+    with Terra(**VARIANT) as terra:
+        _, whole = schedule_loop(terra.loop)
+    np.testing.assert_allclose(whole[0], eager[0], rtol=1e-6)
+    changed = [f for f in terra.explain() if "changed from the value" in f.reason]
+    assert len(changed) == 1 and terra.program is not None
+    assert [s.phase for s in terra.stats][-3:] == ["coexec"] * 3
