@@ -41,7 +41,11 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
         self.item = None  # the GraphRunner work item that computes it, once flushed
         self._taped = False
         self._fetched = False
-        self._replayed = False  # its value came from an eager replay (see program_runner)
+        # Whole-program co-execution (program_runner): the program sends its value to a fetch
+        # queue; its value came from an eager replay; the run that was to compute it failed.
+        self.queued = False
+        self.replayed = False
+        self.failed: BaseException | None = None
 
     # -- what eager tensors have ------------------------------------------------------------
 
@@ -102,7 +106,7 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
         produced the placeholder.
         """
         if not self._fetched:  # the first read is the fetch, even if the graph is done already
-            if not self._replayed:  # a replayed value never left a graph: as an op input, no fetch
+            if not self.replayed:  # a replayed value never left a graph: as an op input, no fetch
                 self.value = self._producer.materialise(self)
             self._fetched = True
         if not self._taped and record.could_possibly_record():
@@ -112,7 +116,7 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
 
     def _numpy(self):
         # The value's own _numpy is hooked to report a fetch: this one was reported already.
-        if self._replayed and not self._fetched:  # Python reads it: a fetch all the same
+        if self.replayed and not self._fetched:  # Python reads it: a fetch all the same
             self._producer.materialise(self)
         value = self.real()
         try:

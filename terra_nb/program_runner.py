@@ -31,11 +31,12 @@ from tensorflow.python.framework import errors
 from . import capture
 from .generator import make_segment, run_segment
 from .placeholder import Placeholder
-from .program import FEED, Channels, Constant, Program, small_value, variable_key
+from .program import Channels, Constant, Program, small_value
 from .runners import real_argument
 from .structure import PathError, PathWalker
 from .timeline import RunnerSpan
 from .trace import Source
+from .wiring import FEED, variable_key
 
 
 class ProgramThread:
@@ -166,7 +167,7 @@ class WholeProgram:
     def escaping(live: list) -> list:
         """The placeholders among ``live`` that the program does not fetch: when Python holds
         one past the iteration's end, the iteration cannot end in the program."""
-        return [ph for ph in live if ph.value is None and not getattr(ph, "_queued", False)]
+        return [ph for ph in live if ph.value is None and not ph.queued]
 
     def end(self) -> None:
         """Finish the iteration: the program commits once it has run to the end."""
@@ -201,7 +202,7 @@ class WholeProgram:
             self._made[id(ph)] = (position, node.id, k, trips)
             self._latest[(node.id, k)] = id(ph)
         for k in node.fetches:
-            outs[k]._queued = True
+            outs[k].queued = True
             self._fetch_order[node.outputs[k].dtype].append((self._iteration, weakref.ref(outs[k])))
         self._records.append((entry, tuple(wiring), [weakref.ref(o) for o in outs]))
         self._decisions += decisions
@@ -321,9 +322,9 @@ class WholeProgram:
         None if the program does not fetch it."""
         if ph.value is not None:
             return ph.value
-        if getattr(ph, "_failed", None) is not None:
-            raise ph._failed  # made by an iteration whose run failed
-        if not getattr(ph, "_queued", False):
+        if ph.failed is not None:
+            raise ph.failed  # made by an iteration whose run failed
+        if not ph.queued:
             return None
         if self.channels is not None:
             self.flush()  # the program may need what is held back to get there
@@ -379,7 +380,7 @@ class WholeProgram:
         for ref in dropped:
             ph = ref()
             if ph is not None and ph.value is None:
-                ph._failed = error
+                ph.failed = error
         self.failed = error
         raise error
 
@@ -407,8 +408,8 @@ class WholeProgram:
         values = self._run(records, self._args, [(p, k) for p, k, _ in targets])
         for (_, _, ph), value in zip(targets, values):
             ph.value = value
-            ph._queued = False
-            ph._replayed = True
+            ph.queued = False
+            ph.replayed = True
 
     def _run(self, records: list, args: list, returns: list) -> list:
         """Run issued ops eagerly, one by one; the values of outputs ``returns``."""

@@ -230,9 +230,8 @@ def real_argument(value: Any, dtype: str):
             item = value.item
             if item is not None and item.error is not None:
                 raise item.error  # made by an op that failed
-            failed = getattr(value, "_failed", None)
-            if failed is not None:
-                raise failed  # made by a whole-program iteration that failed
+            if value.failed is not None:
+                raise value.failed  # made by a whole-program iteration that failed
             raise TerraError(f"internal: the value of node {value.node} was not kept")
         return value.value
     if isinstance(value, tf.Tensor):
