@@ -197,7 +197,8 @@ class WholeProgram:
             else:
                 wiring.append(self._fed(node, i, x, options, decisions, feeds))
         position = len(self._records)
-        trips = tuple((loop, trip) for loop, trip in self._walker.trips)
+        open_trips = self._walker.trips
+        trips = tuple(map(tuple, open_trips)) if open_trips else ()
         for k, ph in enumerate(outs):
             self._made[id(ph)] = (position, node.id, k, trips)
             self._latest[(node.id, k)] = id(ph)
