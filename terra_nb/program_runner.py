@@ -163,11 +163,11 @@ class WholeProgram:
         self.submitted += 1
         self._ticket = self.submitted
 
-    @staticmethod
-    def escaping(live: list) -> list:
-        """The placeholders among ``live`` that the program does not fetch: when Python holds
-        one past the iteration's end, the iteration cannot end in the program."""
-        return [ph for ph in live if ph.value is None and not ph.queued]
+    def escaping(self) -> list:
+        """This iteration's placeholders Python still holds that the program does not fetch:
+        with one of them alive past its end, the iteration cannot end in the program."""
+        return [ph for _, _, refs in self._records for ref in refs
+                if (ph := ref()) is not None and ph.value is None and not ph.queued]
 
     def end(self) -> None:
         """Finish the iteration: the program commits once it has run to the end."""

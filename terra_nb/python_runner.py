@@ -50,6 +50,7 @@ from .signature import (
 from .structure import PathError
 from .timeline import RunnerSpan
 from .trace import TensorRef, Trace
+from .wiring import SHAPE_OPS
 
 _EAGER = ops.EagerTensor
 _RESOURCE_ENUM = dtypes.resource.as_datatype_enum
@@ -72,6 +73,7 @@ SHAPE_RULES = {
     "Size": lambda flat, t: [constant_op.constant(int(np.prod(_static(flat[0]))), dtype=t)],
     "Rank": lambda flat, t: [constant_op.constant(len(_static(flat[0])), dtype=dtypes.int32)],
 }  # index value: the fast path refused this call in tracing
+assert SHAPE_RULES.keys() == SHAPE_OPS  # the whole program leaves these ops to Python
 
 
 class PythonRunner:
@@ -109,7 +111,6 @@ class PythonRunner:
         self._prefetch: set[int] | frozenset[int] = frozenset() if lazy else index.fetched_nodes
         self.whole: WholeProgram | None = None  # Terra(program="whole"): the runtime of it
         self._whole_on = False  # this iteration runs in the whole program
-        self._outs: list[weakref.ref] = []  # this iteration's placeholders (whole program)
 
     # -- iterations -------------------------------------------------------------------------
 
@@ -121,7 +122,6 @@ class PythonRunner:
         self.iteration = iteration
         self.state = "coexec" if coexec else "tracing"
         self._whole_on = coexec and program is not None
-        self._outs = []
         if self._whole_on:
             if self.whole is None:
                 self.whole = WholeProgram(self.handles, self.index.fetched_nodes)
@@ -151,7 +151,7 @@ class PythonRunner:
         if self._whole_on and self.whole.failed is not None:
             self._whole_on, self.state = False, "tracing"  # the rest of it ran eagerly
         if self._whole_on and self.state == "coexec":
-            escaping = self.whole.escaping([ph for ref in self._outs if (ph := ref()) is not None])
+            escaping = self.whole.escaping()
             for ph in escaping:  # a fetch point from now on
                 self.log.on_fetch(TensorRef(ph))
             try:
@@ -160,7 +160,6 @@ class PythonRunner:
                 self.whole.end()
             except PathError as error:
                 self._leave_program(str(error), "(end of iteration)", "")
-            self._outs = []
         self._whole_on = False
         self.flush()
         if self.lazy:
@@ -283,15 +282,15 @@ class PythonRunner:
     # -- answering with placeholders --------------------------------------------------------
 
     def _answer(self, run, entry: Entry, op_name, args, attrs, flat: list, loc: int):
+        if self._whole_on and self.whole.failed is not None:  # Python caught the error
+            self._whole_on, self.state = False, "tracing"
+            return self._trace_op(run, op_name, args, attrs, loc)
         node = entry.node
         for x in flat:  # a loop, not any(): this runs for every op
             if type(x) is np.ndarray:  # the graph reads it later: copy it now
                 flat = [x.copy() if type(x) is np.ndarray else x for x in flat]
                 break
         outs = [Placeholder(spec, self, node, k) for k, spec in enumerate(entry.outputs)]
-        if self._whole_on and self.whole.failed is not None:  # Python caught the error
-            self._whole_on, self.state = False, "tracing"
-            return self._trace_op(run, op_name, args, attrs, loc)
         if self._whole_on:
             prev = self.log.last_loc  # where a new trip begins tells paths apart
             boundary = None if prev is None else self.locations.boundary(prev, loc)
@@ -301,19 +300,13 @@ class PythonRunner:
             except PathError as error:
                 self._leave_program(str(error), entry.op_type, self._where(loc))
                 return self._trace_op(run, op_name, args, attrs, loc)
-            self._outs.extend(weakref.ref(o) for o in outs)
-            self.path.append(node)
-            self.log.record(op_name, _light(args), attrs, [TensorRef(o) for o in outs], loc)
-            if record.could_possibly_record():
-                execute.record_gradient(entry.op_type, _tensors(flat, entry), entry.flat_attrs,
-                                        outs)
-            return _shaped(entry, outs)
-        self._pending.append((entry, flat, outs))
+        else:
+            self._pending.append((entry, flat, outs))
         self.path.append(node)
         self.log.record(op_name, _light(args), attrs, [TensorRef(o) for o in outs], loc)
         if record.could_possibly_record():
             execute.record_gradient(entry.op_type, _tensors(flat, entry), entry.flat_attrs, outs)
-        if len(self._pending) >= self.chunk_ops or node in self._prefetch:
+        if not self._whole_on and (len(self._pending) >= self.chunk_ops or node in self._prefetch):
             self.flush()  # a value Python read before: the graph computes it while Python goes on
         return _shaped(entry, outs)
 

@@ -21,7 +21,7 @@ VARIABLE_OPS = frozenset(
 WRITES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
 
 
-# Folded by the PythonRunner from static shapes: Python computes them, not the program.
+# Folded by the PythonRunner from static shapes (its SHAPE_RULES): Python computes them.
 SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 
 
