@@ -191,16 +191,26 @@ def _tensor_shape_slice(tensors, dim):
     return _originals["shape_slice"](tensors, dim)
 
 
+def _remember_originals() -> None:
+    """Keep TensorFlow's own functions for good, on first install: a hooked call already in
+    flight (in another thread, or cut short by a garbage-collection callback that removes the
+    hooks) still finds them after the hooks are gone."""
+    if not _originals:
+        _originals.update(
+            shape_slice=pywrap_tfe.TFE_Py_TensorShapeSlice,
+            fast=pywrap_tfe.TFE_Py_FastPathExecute,
+            slow=execute.quick_execute,
+            execute=execute.execute,
+            numpy=ops._EagerTensorBase.__dict__["_numpy"],
+        )
+
+
 def _install() -> None:
     global _installs
     with _install_lock:
         if _installs == 0:
-            _originals["shape_slice"] = pywrap_tfe.TFE_Py_TensorShapeSlice
+            _remember_originals()
             pywrap_tfe.TFE_Py_TensorShapeSlice = _tensor_shape_slice
-            _originals["fast"] = pywrap_tfe.TFE_Py_FastPathExecute
-            _originals["slow"] = execute.quick_execute
-            _originals["execute"] = execute.execute
-            _originals["numpy"] = ops._EagerTensorBase.__dict__["_numpy"]
             pywrap_tfe.TFE_Py_FastPathExecute = _fast_path_execute
             execute.quick_execute = _quick_execute
             execute.execute = _quick_execute
@@ -213,11 +223,11 @@ def _uninstall() -> None:
     with _install_lock:
         _installs -= 1
         if _installs == 0:
-            pywrap_tfe.TFE_Py_TensorShapeSlice = _originals.pop("shape_slice")
-            pywrap_tfe.TFE_Py_FastPathExecute = _originals.pop("fast")
-            execute.quick_execute = _originals.pop("slow")
-            execute.execute = _originals.pop("execute")
-            ops._EagerTensorBase._numpy = _originals.pop("numpy")
+            pywrap_tfe.TFE_Py_TensorShapeSlice = _originals["shape_slice"]
+            pywrap_tfe.TFE_Py_FastPathExecute = _originals["fast"]
+            execute.quick_execute = _originals["slow"]
+            execute.execute = _originals["execute"]
+            ops._EagerTensorBase._numpy = _originals["numpy"]
 
 
 def hold_placeholders() -> None:

@@ -189,3 +189,43 @@ def test_keras_layers_losses_optimizers_gradients_random_captured():
     assert "BiasAddGrad" in types  # backward ops run by tape.gradient
     assert {"AssignVariableOp", "AssignSubVariableOp"} & types  # optimizer update
     assert any("Random" in t for t in types)  # dropout and tf.random
+
+
+def test_a_hooked_call_in_flight_survives_the_hooks_removal():
+    """A hook already entered (another thread, or a garbage-collection callback that removes the
+    hooks mid-call) still reaches TensorFlow after removal: it once raised ``KeyError('fast')``."""
+    with capture.installed():
+        fast, slow = pywrap_tfe.TFE_Py_FastPathExecute, execute.quick_execute
+    assert not capture.is_installed() and fast is not pywrap_tfe.TFE_Py_FastPathExecute
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    a = tf.constant([1.0, 2.0])
+    out = fast(ctx, "AddV2", None, a, a)
+    assert out.numpy().tolist() == [2.0, 4.0]
+    out = slow("AddV2", 1, [a, a], ("T", tf.float32.as_datatype_enum), ctx)
+    assert out[0].numpy().tolist() == [2.0, 4.0]
+
+
+def test_hooks_removed_by_a_collection_during_eager_ops():
+    """Placeholders kept only by a reference cycle are collected during later ordinary ops; the
+    hooks go with them and those ops still run."""
+    from terra_nb import Terra
+
+    v = tf.Variable(1.0)
+    with Terra() as terra:
+        for _ in terra.loop(range(5)):
+            cycle = {"t": v * 2.0}
+            cycle["self"] = cycle
+            v.assign_add(1.0)
+    assert "coexec" in [s.phase for s in terra.stats]
+    del cycle
+    old = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)
+    try:
+        for _ in range(100):
+            assert float(tf.reduce_sum(tf.constant([1.0, 2.0]) * 3.0)) == 9.0
+    finally:
+        gc.set_threshold(*old)
+    gc.collect()
+    assert not capture.is_installed()
