@@ -4,8 +4,12 @@ A call that differs from a known one only in input shapes, in the values of shap
 (``x[:, t]`` for a ``t`` not seen before, a reshape to a new size) or in the length of a list of
 equal inputs (``AddN`` over the trips of a longer loop) is answered without a fallback: the op is
 built once in a scratch graph, with those values as constants and every other input as a graph
-placeholder of its dtype and shape, and its output shapes are read off. When inference cannot tell
-a shape fully, the call is a divergence as before.
+placeholder of its dtype and shape, and its output shapes are read off.
+
+Shapes are values unless proven static (``value_shaped``): a traced call's output shapes answer a
+later call only when inference, from the input specs and the input values its signature fixes,
+determines them fully. ``tf.range`` on a tensor, ``boolean_mask``/``where``, ``unique``, NMS and
+``dynamic_partition`` are not: such a call runs for real and Python reads its real shapes.
 """
 
 from __future__ import annotations
@@ -18,48 +22,55 @@ from tensorflow.python.framework import ops
 
 from .generator import SegmentOp, lower
 from .placeholder import Placeholder
-from .signature import MAX_VALUES, Entry
+from .signature import Entry
+
+UNKNOWN = "unknown"  # a shape that inference cannot tell: it depends on input values
 
 
-def infer_outputs(entry: Entry, attrs: tuple, specs: tuple, flat: list) -> list[tuple] | None:
-    """(dtype name, shape) per output of ``entry``'s op called with ``attrs`` on ``flat`` (its
-    flattened inputs, of (dtype name, shape) ``specs``), or None when shape inference leaves a
-    shape unknown."""
+def infer_outputs(entry: Entry, attrs: tuple, specs: tuple, sig: tuple) -> list[tuple] | str | None:
+    """(dtype name, shape) per output of ``entry``'s op called with ``attrs`` on inputs of
+    (dtype name, shape) ``specs``, where the input values the call signature ``sig`` carries are
+    constants; ``UNKNOWN`` when an output shape depends on other input values; None when the shape
+    function rejects the call."""
+    inputs = _flat_inputs(sig[3])
+    if len(inputs) != len(specs):
+        return None
+    return _inferred(entry, attrs, specs, _fixed_values(inputs, specs))
+
+
+def value_shaped(entry: Entry, sig: tuple) -> bool:
+    """Whether the output shapes of a traced call depend on input values that its signature
+    ``sig`` does not fix (so the traced shapes cannot answer another call with that signature).
+    A variable's reads take its declared shape (resizable variables run for real anyway)."""
+    inputs = _flat_inputs(sig[3])
+    if any(_is_resource(s) for s in inputs):
+        return False
+    if len(inputs) != len(entry.inputs):
+        return True  # nothing proves it static
+    outputs = _inferred(entry, entry.attrs, entry.inputs, _fixed_values(inputs, entry.inputs))
+    traced = [(d.name, tuple(shape.as_list())) for d, shape, _ in entry.outputs]
+    return outputs != traced
+
+
+def _inferred(entry: Entry, attrs: tuple, specs: tuple, values: list) -> list[tuple] | str | None:
     graph = tf.Graph()
     with graph.as_default():
         try:
-            inputs = [_graph_input(x, dtype, shape) for x, (dtype, shape) in zip(flat, specs)]
+            inputs = [_graph_input(v, dtype, shape) for v, (dtype, shape) in zip(values, specs)]
             op = SegmentOp(entry.node, entry.op_type, attrs, (), len(entry.outputs))
             outputs = lower(op, inputs)
         except (TypeError, ValueError, tf.errors.OpError):  # the shape function rejects the call
             return None
-    result = []
-    for output in outputs:
-        if not output.shape.is_fully_defined():
-            return None
-        result.append((output.dtype.name, tuple(output.shape.as_list())))
-    return result
+    if not all(output.shape.is_fully_defined() for output in outputs):
+        return UNKNOWN
+    return [(output.dtype.name, tuple(output.shape.as_list())) for output in outputs]
 
 
-def _graph_input(x: Any, dtype: str, shape: tuple | None):
-    value = _small_integer_value(x)
+def _graph_input(value: Any, dtype: str, shape: tuple | None):
+    """A constant for a known value, else a graph placeholder of the input's dtype and shape."""
     if value is not None:
         return tf.constant(value, dtype=dtype)
     return tf.compat.v1.placeholder(dtype, shape)
-
-
-def _small_integer_value(x: Any):
-    """The value of an input that may define shapes (a few integers), else None."""
-    if type(x) is ops.EagerTensor:
-        small = x.dtype.is_integer and np.prod(x._shape_tuple()) <= MAX_VALUES
-        return x._numpy_internal() if small else None  # not a fetch: x is a real value already
-    if type(x) is int or type(x) is bool or isinstance(x, np.integer):
-        return x
-    if type(x) is np.ndarray:
-        return x if x.dtype.kind in "iu" and x.size <= MAX_VALUES else None
-    if type(x) in (list, tuple) and len(x) <= MAX_VALUES and all(type(e) is int for e in x):
-        return list(x)
-    return None
 
 
 def input_specs(flat: list, known: tuple) -> tuple | None:
@@ -80,3 +91,34 @@ def input_specs(flat: list, known: tuple) -> tuple | None:
         else:
             return None
     return tuple(specs)
+
+
+def _flat_inputs(sigs: tuple) -> list:
+    out = []
+    for s in sigs:
+        if s and (s[0] is list or s[0] is tuple):
+            out.extend(s[1])
+        else:
+            out.append(s)
+    return out
+
+
+def _is_resource(s: tuple) -> bool:
+    return type(s[0]) is int and len(s) == 2 and type(s[1]) is int
+
+
+def _fixed_values(sigs: list, specs: tuple) -> list:
+    return [_fixed_value(s, dtype) for s, (dtype, _) in zip(sigs, specs)]
+
+
+def _fixed_value(s: tuple, dtype: str):
+    """The value an input signature carries (a small shape-like integer input), else None."""
+    head = s[0]
+    if type(head) is int and len(s) == 3:  # a tensor: (dtype enum, shape, values)
+        return np.array(s[2], dtype=dtype).reshape(s[1])
+    if head is np.ndarray and len(s) == 4:  # (ndarray, dtype str, shape, values)
+        return np.array(s[3], dtype=s[1]).reshape(s[2])
+    if (head is int or head is bool or isinstance(head, type) and issubclass(head, np.generic)) \
+            and len(s) == 2:
+        return s[1]
+    return None

@@ -143,6 +143,7 @@ def call_signature(op_name: Any, args: Any, attrs: tuple | None, loc: int) -> tu
 
 
 FAST_FALLBACK = "fast-path fell back"
+RUN_FOR_REAL = "output shapes depend on input values"  # Python runs the call and reads them
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +171,8 @@ class SignatureIndex:
         # Nodes whose values Python read in some iteration: co-execution hands the graph the ops
         # up to such a node as soon as it is issued, so the value is ready when Python asks.
         self.fetched_nodes: set[int] = set()
+        # Entry uid -> whether its traced output shapes depend on input values (shapes.py)
+        self.value_shaped: dict[int, bool] = {}
         self._sites: dict[tuple, list[tuple]] = {}  # (op name, loc) -> signatures, for explain
         self._uids = itertools.count()
         # Calls answered by shape inference, oldest first: a loop indexing by its step (``x[i]``)
@@ -219,9 +222,9 @@ class SignatureIndex:
     def add(self, sig: tuple, sibling: Entry | str, attrs: tuple = (), inputs: tuple = (),
             outputs: list[tuple] = ()) -> Entry | str:
         """Know ``sig``: ``sibling``'s answer with these attrs, (dtype name, shape) inputs and
-        outputs (a fast-path fallback stays one)."""
-        answer: Entry | str = FAST_FALLBACK  # the fast path refuses it as it refused the sibling
-        if sibling is not FAST_FALLBACK:
+        outputs, inferred (a fast-path fallback stays one, as does a call run for real)."""
+        answer: Entry | str = sibling  # the fast path refuses it as it refused the sibling
+        if type(sibling) is Entry:
             answer = Entry(
                 uid=next(self._uids),
                 node=sibling.node,
@@ -232,10 +235,13 @@ class SignatureIndex:
                 outputs=tuple(_output_spec(TensorSpec(d, s)) for d, s in outputs),
                 structure=sibling.structure,
             )
+            self.value_shaped[answer.uid] = False  # its shapes come from inference
         self.entries[sig] = answer
         self._inferred.append(sig)
         if len(self._inferred) > self.max_inferred:
-            self.entries.pop(self._inferred.popleft(), None)
+            dropped = self.entries.pop(self._inferred.popleft(), None)
+            if type(dropped) is Entry:
+                self.value_shaped.pop(dropped.uid, None)
         return answer
 
     def why_unknown(self, sig: tuple) -> str:
