@@ -117,14 +117,14 @@ def _converted(x) -> bool:
     return not isinstance(x, np.generic)
 
 
-def _outside_iteration() -> None:
+def _outside_iteration(op_name) -> None:
     barrier = getattr(_local, "barrier", None)
     if barrier is not None:
-        barrier()
+        barrier(op_name)
 
 
 def set_barrier(barrier) -> None:
-    """Call ``barrier()`` before every eager op this thread runs outside an iteration (the
+    """Call ``barrier(op_name)`` before every eager op this thread runs outside an iteration (the
     co-execution engine waits there for the graph, so eager code sees every confirmed update)."""
     _local.barrier = barrier
 
@@ -132,7 +132,7 @@ def set_barrier(barrier) -> None:
 def _fast_path_execute(ctx, op_name, name, *args):
     sink = getattr(_local, "sink", None)
     if sink is None:
-        _outside_iteration()
+        _outside_iteration(op_name)
         if _holds:
             args = real_values(args)
         return _originals["fast"](ctx, op_name, name, *args)
@@ -157,7 +157,7 @@ def _quick_execute(op_name, num_outputs, inputs, attrs, ctx, name=None):
     sink = getattr(_local, "sink", None)
     slow = _originals["slow"]
     if sink is None:
-        _outside_iteration()
+        _outside_iteration(op_name)
         return slow(
             op_name, num_outputs, real_values(inputs) if _holds else inputs, attrs, ctx, name
         )

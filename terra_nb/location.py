@@ -135,6 +135,11 @@ class LocationTable:
         lasti = root.f_lasti
         self._excluded = frozenset(r for r in self._ranges_of(root.f_code) if r[0] <= lasti <= r[1])
 
+    def release_root(self) -> None:
+        """Forget the loop frame when an iteration ends: holding it would keep every local
+        variable of the user's function alive (a learned table outlives its loop)."""
+        self.root = None
+
     def locate(self, frame: FrameType | None) -> int:
         """Hot path: intern the chain from ``frame`` up to the root frame; return its loc id."""
         root = self.root

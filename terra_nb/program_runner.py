@@ -424,9 +424,12 @@ class WholeProgram:
 
     # -- between iterations -----------------------------------------------------------------
 
-    def settle(self) -> None:
-        """Wait until every submitted run has finished (committed) and take its fetches."""
+    def settle(self, deliver: bool = True) -> None:
+        """Wait until every submitted run has finished (committed) and take its fetches; raise a
+        failure (unless not ``deliver``: then it waits for the next settle)."""
         self.thread.wait(self.submitted)
+        if not deliver:
+            return
         self._check()
         if self.channels is not None:
             self._drain(self._iteration)

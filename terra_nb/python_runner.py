@@ -31,6 +31,7 @@ from tensorflow.python.ops import resource_variable_ops
 from . import capture
 from .attrs import with_list_lengths
 from .errors import TerraError
+from .handover import hand_over
 from .interrupts import DeferredInterrupts
 from .location import LocationTable
 from .placeholder import Placeholder
@@ -38,9 +39,10 @@ from .program import Program
 from .program_runner import WholeProgram
 from .recorder import TraceRecorder
 from .runners import GraphRunner, WorkItem
-from .shapes import infer_outputs, input_specs
+from .shapes import UNKNOWN, infer_outputs, input_specs, value_shaped
 from .signature import (
     FAST_FALLBACK,
+    RUN_FOR_REAL,
     Entry,
     SignatureIndex,
     call_signature,
@@ -54,15 +56,16 @@ from .wiring import SHAPE_OPS
 
 _EAGER = ops.EagerTensor
 _RESOURCE_ENUM = dtypes.resource.as_datatype_enum
-# Ops whose output shapes depend on input values: Python must see real outputs.
-# Ops Python must see real outputs of: output shapes that depend on input values, and iterators
-# (whose end, OutOfRange, Python must see where it happens).
-HOST_OPS = frozenset(
-    {"Where", "Unique", "UniqueV2", "UniqueWithCounts", "UniqueWithCountsV2", "NonMaxSuppressionV3",
-     "NonMaxSuppressionV4", "NonMaxSuppressionV5", "DenseToSparseSetOperation", "Bincount",
-     "SegmentSum", "SegmentSumV2", "SegmentMean", "SegmentMax", "SegmentMin", "SegmentProd",
-     "IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional", "OptionalGetValue"}
+# Iterators: Python must see their real outputs, since their end (OutOfRange) must surface where it
+# happens. (Ops whose output shapes depend on input values run for real too: ``value_shaped``.)
+ITERATOR_OPS = frozenset(
+    {"IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional", "OptionalGetValue"}
 )
+
+
+_FINALISER_OPS = frozenset({"DestroyResourceOp"})  # run by ``__del__``, where errors are lost
+
+
 def _static(x) -> list[int]:
     return x.shape.as_list()
 
@@ -105,6 +108,7 @@ class PythonRunner:
         self.divergence: tuple[str, str, str] | None = None  # (reason, op type, location)
         self._pending: list[tuple[Entry, list, list[Placeholder]]] = []
         self._kept: list[weakref.ref] = []  # placeholders whose values left the graph
+        self._kept_limit = 4096
         self._resizable: dict[int, bool] = {}  # variable handle id -> shape not fully defined
         self.interrupts = DeferredInterrupts()
         # lazy mode is LazyTensor: nothing runs before Python asks for it
@@ -187,7 +191,8 @@ class PythonRunner:
         finally:
             self.graph.close()
             alive = [ph for ref in self._kept if (ph := ref()) is not None]
-            capture.hold_until_collected(alive)
+            self._kept = []
+            capture.hold_until_collected(hand_over(alive))
 
     # -- the hook ---------------------------------------------------------------------------
 
@@ -215,13 +220,9 @@ class PythonRunner:
             return self._trace_op(run, op_name, args, attrs, loc)  # pure, on real values
         if op_type in SHAPE_RULES and not resources:
             return self._fold(op_type, op_name, args, attrs, flat, loc)
-        host = op_type in HOST_OPS or not info.known or (info.stateful and not resources)
+        host = op_type in ITERATOR_OPS or not info.known or (info.stateful and not resources)
         if host or resources and self._reads_resizable_variable(flat):
-            if self._whole_on:  # the program cannot hand over its state mid-iteration
-                self._leave_program("an op Python must run for real", op_type, self._where(loc))
-            self.flush()
-            self._wait_idle()
-            return self._trace_op(run, op_name, args, attrs, loc)
+            return self._run_for_real(run, op_name, args, attrs, loc)
         sig = call_signature(op_name, args, attrs, loc)
         entry = self.index.entries.get(sig)
         if entry is None:
@@ -230,15 +231,36 @@ class PythonRunner:
                 return self._diverge(run, op_name, args, attrs, loc, sig)
         if entry is FAST_FALLBACK:
             raise _FallbackException("terra-nb: the slow path handles this call")
+        if entry is RUN_FOR_REAL or self._value_shaped(entry, sig):
+            return self._run_for_real(run, op_name, args, attrs, loc)
         return self._answer(run, entry, op_name, args, attrs, flat, loc)
+
+    def _run_for_real(self, run, op_name, args, attrs, loc: int):
+        """Run an op whose real outputs Python must see (an iterator; output shapes that depend
+        on input values), once the graph has caught up."""
+        if self._whole_on:  # the program cannot hand over its state mid-iteration
+            self._leave_program("an op Python must run for real", op_type_of(op_name),
+                                self._where(loc))
+        self.flush()
+        self._wait_idle()
+        return self._trace_op(run, op_name, args, attrs, loc)
+
+    def _value_shaped(self, entry: Entry, sig: tuple) -> bool:
+        """Whether ``entry``'s traced output shapes may not hold for another call with ``sig``
+        (shape inference cannot prove them static); decided once per entry."""
+        known = self.index.value_shaped.get(entry.uid)
+        if known is None:
+            known = self.index.value_shaped[entry.uid] = value_shaped(entry, sig)
+        return known
 
     def _program_entry(self, op_name, args, attrs, loc: int) -> Entry | None:
         """The entry of a pure call on real values whose node the whole program computes (a
         value carried from an iteration that was traced, say); None if Python computes it."""
-        entry = self.index.entries.get(call_signature(op_name, args, attrs, loc))
+        sig = call_signature(op_name, args, attrs, loc)
+        entry = self.index.entries.get(sig)
         if type(entry) is not Entry or entry.node in self.whole.program.python_side:
             return None
-        return entry
+        return None if self._value_shaped(entry, sig) else entry
 
     def _infer(self, sig: tuple, inputs, attrs, flat: list) -> Entry | str | None:
         """An answer to a call that differs from a known one only in input shapes, shape-defining
@@ -254,7 +276,9 @@ class PythonRunner:
                 sibling.op_type, op_attrs, inputs)
         if op_attrs is None or specs is None:
             return None
-        outputs = infer_outputs(sibling, op_attrs, specs, flat)
+        outputs = infer_outputs(sibling, op_attrs, specs, sig)
+        if outputs is UNKNOWN:  # a known call whose output shapes are data: it runs for real
+            return self.index.add(sig, RUN_FOR_REAL)
         if outputs is None or [d for d, _ in outputs] != [s[0].name for s in sibling.outputs]:
             return None
         return self.index.add(sig, sibling, op_attrs, specs, outputs)
@@ -300,6 +324,7 @@ class PythonRunner:
             except PathError as error:
                 self._leave_program(str(error), entry.op_type, self._where(loc))
                 return self._trace_op(run, op_name, args, attrs, loc)
+            self._keep(outs)  # any of them may outlive the loop
         else:
             self._pending.append((entry, flat, outs))
         self.path.append(node)
@@ -383,9 +408,7 @@ class PythonRunner:
         item = WorkItem(key, entries, args, [ph for _, _, ph in kept], self.iteration, self.state)
         for _, _, ph in kept:
             ph.item = item
-            self._kept.append(weakref.ref(ph))
-        if len(self._kept) > 4096:
-            self._kept = [ref for ref in self._kept if ref() is not None]
+        self._keep([ph for _, _, ph in kept])
         if fed:
             self._moment("feed")  # values from Python enter the graph with this segment
         start = time.perf_counter()
@@ -393,6 +416,19 @@ class PythonRunner:
         if self.lazy:
             item.done.wait()
         self._stalled(start)
+
+    def _keep(self, placeholders: list[Placeholder]) -> None:
+        """Remember placeholders that may outlive the loop (handed over when it closes)."""
+        self._kept.extend(weakref.ref(ph) for ph in placeholders)
+        if len(self._kept) > self._kept_limit:  # amortised: the limit doubles with what lives
+            alive = [ph for ref in self._kept if (ph := ref()) is not None]
+            for ph in alive:  # settled: the work item is no longer needed (only its error was)
+                item = ph.item
+                if ph.value is not None and item is not None and item.done.is_set() \
+                        and item.error is None:
+                    ph.item = None
+            self._kept = [weakref.ref(ph) for ph in alive]
+            self._kept_limit = max(4096, 2 * len(alive))
 
     def _build(self, head: list) -> tuple[tuple, list, list, list, int]:
         """The ops' key (entry uid and input wiring per op), entries, arguments, outputs, and the
@@ -474,18 +510,21 @@ class PythonRunner:
                 return position
         return len(self._pending) - 1
 
-    def sync(self) -> None:
-        """Wait until the graph has run everything submitted (before eager code between
-        iterations touches state the graph may still be updating)."""
+    def sync(self, op_name=None) -> None:
+        """Wait until the graph has run everything submitted (before eager op ``op_name``
+        between iterations touches state the graph may still be updating). A graph failure is
+        raised here, but not into a variable's finaliser (Python would drop it): it stays for
+        the next synchronisation point."""
+        deliver = op_name is None or op_type_of(op_name) not in _FINALISER_OPS
         if self.graph.busy:
-            self._wait_idle()
+            self._wait_idle(deliver)
         if self.whole is not None and not self._whole_on:
-            self.whole.settle()
+            self.whole.settle(deliver)
 
-    def _wait_idle(self) -> None:
+    def _wait_idle(self, deliver: bool = True) -> None:
         start = time.perf_counter()
         try:
-            self.graph.wait_idle()
+            self.graph.wait_idle(deliver)
         finally:
             self._stalled(start)
 

@@ -85,12 +85,14 @@ class TraceRecorder:
 
     def discard(self) -> None:
         """Drop what was recorded (and the tensors it holds) without making a trace."""
+        self.locations.release_root()
         self._raw.clear()
         self._fetched.clear()
         self._attempt = None
 
     def finish(self, iteration: int) -> Trace:
         """Make the trace of the ops recorded since ``begin`` and release their tensors."""
+        self.locations.release_root()
         producers: dict[int, tuple[int, int]] = {}
         ops = []
         prev_loc = None

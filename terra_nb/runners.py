@@ -48,6 +48,12 @@ class WorkItem:
         self.error: BaseException | None = None
         self.generation = 0
 
+    def release(self) -> None:
+        """Drop what running it needed: a placeholder Python keeps holds its value and this
+        item (for its error), not the segment's arguments and sibling outputs."""
+        self.entries = self.args = self.returns = ()
+        self.key = None
+
 
 class GraphRunner:
     """Executes work items in submission order on a background thread."""
@@ -109,10 +115,11 @@ class GraphRunner:
         count = self._sightings[key] = self._sightings.get(key, 0) + 1
         return count
 
-    def wait_idle(self) -> None:
-        """Block until every submitted item has run; raise a failure Python was not told of."""
+    def wait_idle(self, deliver: bool = True) -> None:
+        """Block until every submitted item has run; raise a failure Python was not told of
+        (unless not ``deliver``: it is raised at the next wait that delivers)."""
         self._queue.join()
-        if self.error is not None and self._failed_generation == self.generation:
+        if deliver and self.error is not None and self._failed_generation == self.generation:
             self.deliver(self.error)
 
     def deliver(self, error: BaseException) -> None:
@@ -180,6 +187,7 @@ class GraphRunner:
         finally:
             end = time.perf_counter()
             self.spans.append(RunnerSpan("graph", "exec", item.iteration, item.phase, start, end))
+            item.release()
             item.done.set()
 
     def _execute(self, item: WorkItem) -> None:
