@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from system_tools import require
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -47,13 +48,8 @@ def _missing() -> str | None:
 
 
 def _require() -> None:
-    """Skip when a piece is missing, except in CI (``CI=true``), where .ci/run installs them all
-    and a skipped browser test would hide a broken install."""
-    reason = _missing()
-    if reason and os.environ.get("CI") == "true":
-        pytest.fail(f"browser test cannot run in CI: {reason}")
-    if reason:
-        pytest.skip(reason)
+    """Skip when a piece is missing, except in CI (see ``system_tools``)."""
+    require(_missing())
 
 
 def _free_port() -> int:

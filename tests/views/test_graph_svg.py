@@ -1,7 +1,6 @@
 """The graph view's DOT and SVG: ids, clusters, classes for loop, case, feed, fetch, branch."""
 
 import json
-import shutil
 
 import pytest
 from view_fixtures import by_id, classes, parse_svg
@@ -11,7 +10,7 @@ from terra_nb.views.graph_model import plan_view
 from terra_nb.views.graph_picture import draw_graph, graph_payload, source_lines
 from terra_nb.views.static import StaticGraph
 
-needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` not installed")
+needs_dot = pytest.mark.usefixtures("needs_dot")
 
 
 def test_dot_text_has_clusters_cases_and_classes(graph):

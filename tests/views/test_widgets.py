@@ -36,6 +36,7 @@ def test_toggling_a_chain_lays_the_graph_out_again(graph):
     assert json.loads(view.graph_json)["groups"]["c2"]["collapsed"] is False
 
 
+@pytest.mark.usefixtures("needs_dot")
 def test_graph_view_mimebundle_has_a_static_html_fallback(graph):
     view = GraphView(graph)
     view.current = [0, 2]
