@@ -4,12 +4,10 @@ plus the JSON the widgets' details panel reads. Pure data in, strings out."""
 from __future__ import annotations
 
 import json
-import linecache
-import os
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..dot import cell_names, source_lines  # noqa: F401 - the views' names for them
 from ..tracegraph import TraceGraph
 from .fallback_layout import fallback_svg
 from .graph_dot import LayoutUnavailable, marks_for, render_svg, view_dot
@@ -51,37 +49,6 @@ def draw_graph(
         svg = fallback_svg(g, plan, marks_for(plan, current, new))
     elements = {k: list(el.members) for k, el in plan.elements.items()}
     return GraphPicture(svg, dot, message, plan.groups, elements)
-
-
-def source_lines(g: TraceGraph, known: dict[str, str] | None = None) -> dict[str, str]:
-    """The user source line of every ``file:line`` location in ``g`` that can be found (in
-    ``linecache``, which holds notebook cells, or under the loaded modules and the working
-    directory). ``known`` lines are reused, not looked up again."""
-    out = dict(known or {})
-    wanted = {n.location for n in g.nodes if n.location} - out.keys()
-    if not wanted:
-        return out
-    paths = _paths_by_name()
-    for loc in wanted:
-        name, _, line = loc.rpartition(":")
-        if not line.isdigit():
-            continue
-        for path in paths.get(name, [name]):
-            text = linecache.getline(path, int(line))
-            if text:
-                out[loc] = text.rstrip()
-                break
-    return out
-
-
-def _paths_by_name() -> dict[str, list[str]]:
-    paths: dict[str, list[str]] = {}
-    files = list(linecache.cache)
-    files += [getattr(m, "__file__", None) or "" for m in list(sys.modules.values())]
-    for f in files:
-        if f and not f.startswith("<"):
-            paths.setdefault(os.path.basename(f), []).append(f)
-    return paths
 
 
 def graph_payload(g: TraceGraph, picture: GraphPicture, sources: dict[str, str]) -> str:
