@@ -5,7 +5,7 @@ once per ``interval`` seconds it redraws the counters and the timeline, and at a
 ``graph_budget`` (the share of loop time the graph snapshots may take) it snapshots the
 TraceGraph: hits before and after one iteration give that iteration's path. Graph layouts run on
 a worker thread. When a notebook cell ends, the dashboard catches up and refreshes its output
-(so a saved notebook holds the final pictures as HTML).
+(so a saved notebook holds the final picture as a PNG).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import traitlets as t
 from .graph_model import new_since, path_nodes
 from .graph_view import GraphState
 from .live import LayoutWorker, RateMeter, on_cell_end
-from .static import counters_html, timeline_html
+from .static import PNG, counters_text, graph_bundle, stack_png, timeline_png
 from .timeline_svg import last_iterations, summary
 from .timeline_view import TimelineState, timeline_text
 
@@ -200,7 +200,7 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
             self.counters = json.dumps(self._counters(status))
 
     def finish(self) -> None:
-        """After a cell: catch up, mark finished and refresh the saved output's HTML."""
+        """After a cell: catch up, mark finished and refresh the saved output's picture."""
         seen = len(self._stats) + len(self._pending)
         if self._source is None or seen == self._finished_at:
             return
@@ -223,10 +223,9 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
     def _repr_mimebundle_(self, **kwargs):
         data, metadata = super()._repr_mimebundle_(**kwargs)
         spans, stats = last_iterations(self._all_spans(), self._stats, self.window)
-        data["text/html"] = (
-            counters_html(json.loads(self.counters))
-            + self.graph_static_html()
-            + timeline_html(spans, stats, self.window, self._totals)
-        )
+        graph = graph_bundle(self.static_picture()).get(PNG)
+        lanes = timeline_png(spans, stats, self.window, self._totals)
+        pictures = [graph, lanes] if graph else [lanes]
+        data[PNG] = stack_png(counters_text(json.loads(self.counters)), pictures)
         data["text/plain"] = f"terra-nb dashboard: {timeline_text(self._stats)}"
         return data, metadata

@@ -40,13 +40,13 @@ def draw_graph(
     (static output); the widgets pass ``bake=False`` and mark them in the browser."""
     plan = plan_view(g, min_chain=min_chain, collapse_loops=collapse_loops, toggled=toggled)
     current, new = (tuple(current), tuple(new)) if bake else ((), ())
-    dot = view_dot(g, plan, current=current, new=new)
+    dot = view_dot(g, plan, current=current, new=new, legend=bake)
     message = ""
     try:
         svg = render_svg(dot)
     except LayoutUnavailable as err:
         message = f"{err}. Showing a simple built-in layout instead."
-        svg = fallback_svg(g, plan, marks_for(plan, current, new))
+        svg = fallback_svg(g, plan, marks_for(plan, current, new), note=message if bake else "")
     elements = {k: list(el.members) for k, el in plan.elements.items()}
     return GraphPicture(svg, dot, message, plan.groups, elements)
 

@@ -79,8 +79,9 @@ def test_without_dot_a_builtin_layout_and_a_message(graph, monkeypatch):
     assert {"terra-loop"} <= classes(ids["cluster_8"])
     assert {"terra-fetch", "terra-branch", "terra-current"} <= classes(ids["n6"])
     assert {"terra-case", "terra-case-0"} <= classes(ids["e_n6_n7"])
-    html = StaticGraph(graph)._repr_html_()
-    assert "Graphviz `dot` was not found" in html and "digraph TraceGraph" in html
+    bundle = StaticGraph(graph)._repr_mimebundle_()
+    assert "Graphviz `dot` was not found" in bundle["image/svg+xml"]  # said in the picture
+    assert "image/png" not in bundle  # only Graphviz draws the PNG
 
 
 def test_payload_carries_elements_groups_and_source_lines(graph, tmp_path, monkeypatch):
@@ -96,10 +97,10 @@ def test_payload_carries_elements_groups_and_source_lines(graph, tmp_path, monke
 
 
 @needs_dot
-def test_static_graph_html_embeds_the_svg(graph):
-    html = StaticGraph(graph, current=[0, 2])._repr_html_()
-    assert html.startswith('<div class="terra-static terra-static-graph"')
-    assert "<svg" in html
+def test_static_graph_is_svg_and_png(graph):
+    bundle = StaticGraph(graph, current=[0, 2])._repr_mimebundle_()
+    html = bundle["image/svg+xml"]
+    assert html.startswith("<svg") and bundle["image/png"].startswith(b"\x89PNG")
     assert 'id="cluster_8"' in html and 'id="n11"' in html  # the small loop stays open
     assert 'class="node terra&#45;chain terra&#45;collapsed terra&#45;current' in html
 
