@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..dot import cell_names, source_lines  # noqa: F401 - the views' names for them
+from ..dot import Listing, cell_names, source_lines  # noqa: F401 - re-exported for views
 from ..tracegraph import TraceGraph
 from .fallback_layout import fallback_svg
 from .graph_dot import LayoutUnavailable, marks_for, render_svg, view_dot
@@ -36,8 +36,10 @@ def draw_graph(
     collapse_loops: bool | str = "auto",
     bake: bool = True,
 ) -> GraphPicture:
-    """Lay out ``g``. With ``bake`` the current path and new nodes are drawn into the SVG
-    (static output); the widgets pass ``bake=False`` and mark them in the browser."""
+    """Lay out ``g``, its cells named as the front end names them (``In [3]:6``). With ``bake``
+    the current path and new nodes are drawn into the SVG (static output); the widgets pass
+    ``bake=False`` and mark them in the browser."""
+    g = named_cells(g, cell_names())
     plan = plan_view(g, min_chain=min_chain, collapse_loops=collapse_loops, toggled=toggled)
     current, new = (tuple(current), tuple(new)) if bake else ((), ())
     dot = view_dot(g, plan, current=current, new=new, legend=bake)
@@ -51,6 +53,16 @@ def draw_graph(
     return GraphPicture(svg, dot, message, plan.groups, elements)
 
 
+def named_cells(g: TraceGraph, cells: dict[str, str]) -> TraceGraph:
+    """``g`` with each location's file named by ``cells`` (``<terra-cell-ab12>:6`` -> ``In [3]:6``);
+    only drawings use it: the exported graph keeps the file names."""
+    listing = Listing(cells=cells)
+    if not cells:
+        return g
+    nodes = tuple(replace(n, location=listing.where(n.location)) for n in g.nodes)
+    return replace(g, nodes=nodes)
+
+
 def graph_payload(g: TraceGraph, picture: GraphPicture, sources: dict[str, str]) -> str:
     """The JSON a widget's details panel reads: the TraceGraph JSON plus the drawn elements,
     collapsible groups and user source lines."""
@@ -58,4 +70,5 @@ def graph_payload(g: TraceGraph, picture: GraphPicture, sources: dict[str, str])
     data["elements"] = picture.elements
     data["groups"] = picture.groups
     data["source_lines"] = sources
+    data["cells"] = cell_names()
     return json.dumps(data)

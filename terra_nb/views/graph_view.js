@@ -37,8 +37,16 @@ function sourceText(s) {
   return `${kind}${detail ? " " + detail : ""}`;
 }
 
+function where(data, location) {
+  // `<terra-cell-ab12>:6` -> `In [3]:6`, as the front end names its cells
+  const i = (location || "").lastIndexOf(":");
+  const cell = i > 0 ? data.cells[location.slice(0, i)] : undefined;
+  return cell ? cell + location.slice(i) : location;
+}
+
 function parseData(text) {
   const data = JSON.parse(text || "{}");
+  data.cells = data.cells || {};
   data.nodes = data.nodes || [];
   data.elements = data.elements || {};
   data.groups = data.groups || {};
@@ -66,7 +74,8 @@ function nodeDetails(data, n) {
   const outputs = n.outputs.map((s, i) => [`out ${i}`, esc(specText(s)), n.fetches.includes(i) ? "fetched" : ""]);
   const attrs = n.attrs.map(([k, v]) => [esc(k), `<code>${esc(JSON.stringify(v))}</code>`]);
   return `<h4>${esc(n.op_type)}${badges}</h4>` +
-    `<div class="terra-muted">node #${n.id} · hits ${n.hits} · <code>${esc(n.location)}</code></div>` +
+    `<div class="terra-muted">node #${n.id} · <code>${esc(where(data, n.location))}</code></div>` +
+    `<div class="terra-muted" title="hits: how often tracing recorded this op, in all traced iterations together; co-executed iterations are not counted">traced ${n.hits}× in total (once per loop trip)</div>` +
     (line ? `<div class="terra-source">${esc(line.trim())}</div>` : "") +
     rows([...inputs, ...outputs]) + (attrs.length ? "<b>attributes</b>" + rows(attrs) : "");
 }
@@ -86,13 +95,13 @@ function describe(data, key) {
   if (!first) return { html: "", group: "" };
   let html;
   if (key[0] === "c") {
-    html = `<h4>${members.length} ops on one line</h4><div class="terra-muted"><code>${esc(first.location)}</code></div>` +
+    html = `<h4>${members.length} ops on one line</h4><div class="terra-muted"><code>${esc(where(data, first.location))}</code></div>` +
       (data.source_lines[first.location] ? `<div class="terra-source">${esc(data.source_lines[first.location].trim())}</div>` : "") +
       rows(members.map((m) => [`#${m}`, esc(data.nodes[m].op_type), esc(data.nodes[m].outputs.map(specText).join(", "))]));
   } else if (first.kind === "loop") {
     const inside = (data.groups["l" + first.id] || { members: [] }).members;
-    html = `<h4>loop @${esc(first.location)}</h4><div>trip counts: <b>${esc(first.trip_counts.join(", "))}</b></div>` +
-      `<div>${inside.filter((m) => data.nodes[m].kind === "op").length} ops inside · hits ${first.hits}</div>`;
+    html = `<h4>loop @${esc(where(data, first.location))}</h4><div>trip counts: <b>${esc(first.trip_counts.join(", "))}</b></div>` +
+      `<div>${inside.filter((m) => data.nodes[m].kind === "op").length} ops inside · entered ${first.hits}× while tracing</div>`;
   } else {
     html = nodeDetails(data, first);
   }
