@@ -215,4 +215,6 @@ def cell_names() -> dict[str, str]:
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     numbers = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
-    return {name: f"In [{number}]" for name, number in numbers.items()}
+    names = {name: f"In [{number}]" for name, number in numbers.items()}
+    # locations name a file by its base name (ipykernel's cells are /tmp/ipykernel_1/123.py)
+    return {**{os.path.basename(name): label for name, label in names.items()}, **names}
