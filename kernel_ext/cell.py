@@ -19,7 +19,7 @@ from typing import Any
 
 import terra_nb
 
-from .progress import Progress
+from .progress import DisplayHandle, Progress, StderrLine
 from .report import status_of, summary_line
 from .show import start_dashboard
 from .transform import RESULT, TERRA, CellPlan, transform_cell
@@ -40,6 +40,7 @@ class CellOptions:
     viz: bool = False
     quiet: bool = False
     progress_interval: float = 0.5
+    terminal: bool = False  # a terminal IPython: text views, progress on stderr
 
     @property
     def engine(self) -> tuple:
@@ -169,8 +170,9 @@ def _restore(ns: dict, saved: Any) -> Any:
 
 def _watch(terra: Any, options: CellOptions) -> Progress | None:
     """Start the live view (``--viz``) or the text progress line; None when quiet."""
-    if options.quiet or (options.viz and start_dashboard(terra)):
+    if options.quiet or (options.viz and not options.terminal and start_dashboard(terra)):
         return None
-    progress = Progress(options.progress_interval)
+    show = StderrLine if options.terminal else DisplayHandle
+    progress = Progress(options.progress_interval, show=show)
     terra.subscribe(progress)
     return progress

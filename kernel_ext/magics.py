@@ -23,9 +23,18 @@ import terra_nb
 
 from .cell import CellOptions, CellRunner, compile_cell
 from .report import Explanation, export_run, status_of
-from .show import show_graph, show_timeline
+from .show import is_terminal, show_graph, show_timeline
 
-MODES = ("coexec", "lazy", "trace", "eager")  # DESIGN.md section 3; the engine checks them too
+MODES = ("coexec", "lazy", "trace", "eager")
+
+
+def name_cell(shell: Any, filename: str) -> None:
+    """Tell IPython which cell ``filename`` is: its tracebacks then say ``Cell In[3]`` and the
+    views label the cell's ops ``In [3]:6``, as for any cell (IPython keeps this map on its
+    compiler; a shell without one keeps the file name)."""
+    numbers = getattr(shell.compile, "_filename_map", None)
+    if isinstance(numbers, dict):
+        numbers[filename] = shell.execution_count  # DESIGN.md section 3; the engine checks them too
 COMMANDS = ("status", "explain", "graph", "timeline", "export", "reset")
 
 
@@ -76,6 +85,7 @@ class TerraMagics(Magics, Configurable):
             compiled = compile_cell(line, cell, python_body, options, self.shell.compile.flags)
         except SyntaxError as error:  # show it as a plain cell would, without our frames
             raise error.with_traceback(None) from None
+        name_cell(self.shell, compiled.filename)
         try:
             terra = self.runner.start(compiled, options)
         except terra_nb.TerraError as error:
@@ -100,7 +110,13 @@ class TerraMagics(Magics, Configurable):
             viz=self.viz if args.viz is None else args.viz,
             quiet=args.quiet or self.quiet,
             progress_interval=self.progress_interval,
+            terminal=self.terminal,
         )
+
+    @property
+    def terminal(self) -> bool:
+        """A terminal IPython (no front end for widgets or display updates)."""
+        return is_terminal(self.shell)
 
     @ma.magic_arguments("terra")
     @ma.argument("command", nargs="?", default="status", choices=COMMANDS, help="what to do")
@@ -124,9 +140,9 @@ class TerraMagics(Magics, Configurable):
         if args.command == "explain":
             return Explanation(terra.mode, terra.explain())
         if args.command == "graph":
-            return show_graph(terra.graph)
+            return show_graph(terra.graph, self.terminal)
         if args.command == "timeline":
-            return show_timeline(terra.spans, terra.stats)
+            return show_timeline(terra.spans, terra.stats, self.terminal)
         if args.path is None:
             raise UsageError("%terra export needs a directory: %terra export PATH")
         return export_run(terra, Path(args.path).expanduser())

@@ -1,13 +1,16 @@
 """The progress line of a ``%%terra`` loop, updated in place and rate-limited.
 
 ``Progress`` is a ``Terra.subscribe`` listener. Nothing is shown for a loop shorter than
-``interval`` seconds; after that one display (an IPython display handle) shows the iteration
-count, the phase and the recent speed, updated at most once per ``interval``. ``close()`` clears
-it: the cell's one-line summary replaces it.
+``interval`` seconds; after that one line shows the iteration count, the phase and the recent
+speed, updated at most once per ``interval``: a display updated in place in a notebook
+(``DisplayHandle``), a line of stderr rewritten in place in a terminal (``StderrLine``). Never
+the program's stdout, which is the user's. ``close()`` clears it: the cell's one-line summary
+replaces it.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -19,7 +22,7 @@ class Handle(Protocol):
     def update(self, text: str) -> None: ...
 
 
-class _DisplayHandle:
+class DisplayHandle:
     """A text/plain display updated in place (``IPython.display.display(display_id=True)``)."""
 
     def __init__(self, text: str) -> None:
@@ -29,6 +32,20 @@ class _DisplayHandle:
 
     def update(self, text: str) -> None:
         self._handle.update({"text/plain": text}, raw=True)
+
+
+class StderrLine:
+    """One line of stderr, rewritten in place with a carriage return (a terminal)."""
+
+    def __init__(self, text: str) -> None:
+        self._width = 0
+        self.update(text)
+
+    def update(self, text: str) -> None:
+        pad = " " * max(self._width - len(text), 0)  # erase what a longer line left
+        sys.stderr.write(f"\r{text}{pad}" + ("\r" if not text else ""))
+        sys.stderr.flush()
+        self._width = len(text)
 
 
 def progress_text(iteration: int, phase: str, speed: float) -> str:
@@ -42,7 +59,7 @@ class Progress:
     def __init__(
         self,
         interval: float = 0.5,
-        show: Callable[[str], Handle] = _DisplayHandle,
+        show: Callable[[str], Handle] = DisplayHandle,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.interval = interval

@@ -119,28 +119,41 @@ class Explanation:
         printer.text(str(self))
 
 
-def text_timeline(stats: Sequence[Any], rows: int = 20, width: int = 40) -> str:
-    """One line per iteration (first and last ``rows // 2`` when there are more): phase, time,
-    ops, whether the TraceGraph already covered it, and a bar of the iteration's Python time."""
+TIMELINE_COLUMNS = ("python exec", "python stall", "graph exec", "graph stall")
+
+
+def text_timeline(stats: Sequence[Any], rows: int = 20) -> str:
+    """The per-iteration breakdown as a table (the first and last ``rows // 2`` iterations when
+    there are more): phase, wall time, each runner's exec and stall time (ms), ops, and whether
+    the TraceGraph already covered the iteration; then the mean of every column."""
     if not stats:
         return "no iterations"
-    longest = max(s.python_exec for s in stats) or 1.0
-    shown = list(stats)
-    skipped = 0
-    if len(shown) > rows:
-        skipped = len(shown) - rows
+    shown, skipped = list(stats), max(len(stats) - rows, 0)
+    if skipped:
         shown = shown[: rows // 2] + shown[-(rows - rows // 2) :]
-    lines = [f"{'iter':>5}  {'phase':<9} {'ms':>8} {'ops':>5}  {'graph':<7}  python exec"]
+    times = "".join(f"{c:>13}" for c in TIMELINE_COLUMNS)
+    lines = [f"{'iter':>5}  {'phase':<9}{'wall ms':>9}{times}{'ops':>6}  graph"]
     for i, s in enumerate(shown):
         if skipped and i == rows // 2:
             lines.append(f"{'...':>5}  ({skipped} iterations not shown)")
-        bar = "#" * max(1, round(width * s.python_exec / longest))
-        ops = "-" if s.ops is None else str(s.ops)
-        mark = "" if s.ended == "completed" else f"  ({s.ended})"
-        ms = f"{s.python_exec * 1e3:>8.2f}"
-        graph = {True: "covered", False: "new", None: "-"}[s.covered]
-        lines.append(f"{s.iteration:>5}  {s.phase:<9} {ms} {ops:>5}  {graph:<7}  {bar}{mark}")
+        lines.append(_timeline_row(s))
+    mean = [sum(_ms(s, c) for s in stats) / len(stats) for c in TIMELINE_COLUMNS]
+    wall = sum(s.t_end - s.t_start for s in stats) / len(stats) * 1e3
+    lines.append(f"{'mean':>5}  {'':<9}{wall:>9.2f}" + "".join(f"{m:>13.2f}" for m in mean))
     return "\n".join(lines)
+
+
+def _ms(s: Any, column: str) -> float:
+    return (getattr(s, column.replace(" ", "_")) or 0.0) * 1e3
+
+
+def _timeline_row(s: Any) -> str:
+    ops = "-" if s.ops is None else str(s.ops)
+    graph = {True: "covered", False: "new", None: "-"}[s.covered]
+    mark = "" if s.ended == "completed" else f"  ({s.ended})"
+    times = "".join(f"{_ms(s, c):>13.2f}" for c in TIMELINE_COLUMNS)
+    wall = (s.t_end - s.t_start) * 1e3
+    return f"{s.iteration:>5}  {s.phase:<9}{wall:>9.2f}{times}{ops:>6}  {graph}{mark}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,9 @@
     python -m kernel_ext.run_notebook notebooks/quickstart.ipynb [--out artifacts/] [--timeout S]
 
 Text outputs (streams, results, errors) of every cell are printed as the cell finishes; the executed
-notebook is written to ``--out`` (default ``artifacts/``). The exit status is 1 when a cell fails.
+notebook is written to ``--out`` (default ``artifacts/``) with the state of its widgets in its
+metadata, so its views render when it is reopened (as a notebook front end saves it; without the
+state JupyterLab says "model not found"). The exit status is 1 when a cell fails.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def run(path: Path, out_dir: Path, timeout: int) -> int:
                 text = "".join(output_text(o) for o in cell.get("outputs", []))
                 if text.strip():
                     print(f"--- [cell {index}]\n{text.rstrip()}", flush=True)
+        client.set_widgets_metadata()  # execute() does this; running cell by cell, we must
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / path.name
     nbformat.write(nb, target)

@@ -1,7 +1,10 @@
-"""Showing a run: the ``terra_nb.views`` widgets when they are installed, plain text otherwise.
+"""Showing a run: the ``terra_nb.views`` widgets in a notebook when they are installed, plain
+text in a terminal IPython or without them.
 
 The views are imported lazily and are optional: when they are missing or fail, the text fallback
 is printed and the cell goes on. A failing view prints one line of warning, never a traceback.
+The text forms: the TraceGraph listing (loops, cases, feeds and fetches, each op's source line)
+and the per-iteration breakdown table.
 """
 
 from __future__ import annotations
@@ -10,7 +13,23 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from terra_nb.dot import Listing, to_text
+
 from .report import text_timeline
+
+
+def is_terminal(shell: Any) -> bool:
+    """A terminal IPython: widgets and display updates have no front end there."""
+    try:
+        from IPython.terminal.interactiveshell import TerminalInteractiveShell
+    except ImportError:  # prompt_toolkit missing: no terminal shell either
+        return False
+    return isinstance(shell, TerminalInteractiveShell)
+
+
+def graph_listing(graph: Any) -> str:
+    """The TraceGraph as text: cells named ``In [n]``, source lines, cases, a legend."""
+    return to_text(graph, Listing.of(graph))
 
 
 def load_views() -> ModuleType | None:
@@ -43,9 +62,9 @@ def start_dashboard(terra: Any) -> bool:
     return True
 
 
-def show_graph(graph: Any) -> None:
-    """The TraceGraph widget, or the TraceGraph's text form."""
-    views = load_views()
+def show_graph(graph: Any, terminal: bool = False) -> None:
+    """The TraceGraph widget, or (terminal, no views) the TraceGraph listing."""
+    views = None if terminal else load_views()
     if views is not None and hasattr(views, "show_graph"):
         try:
             views.show_graph(graph)
@@ -54,12 +73,12 @@ def show_graph(graph: Any) -> None:
             views = None
         except Exception as error:
             _warn("the graph view", error)
-    print(repr(graph))
+    print(graph_listing(graph))
 
 
-def show_timeline(spans: Any, stats: Any) -> None:
-    """The timeline widget, or one text line per iteration."""
-    views = load_views()
+def show_timeline(spans: Any, stats: Any, terminal: bool = False) -> None:
+    """The timeline widget, or (terminal, no views) the per-iteration breakdown table."""
+    views = None if terminal else load_views()
     if views is not None and hasattr(views, "show_timeline"):
         try:
             views.show_timeline(spans, stats)

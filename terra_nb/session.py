@@ -26,7 +26,7 @@ from typing import Any
 
 from .errors import TerraError, TerraUsageError
 from .phases import CoexecEngine, EagerEngine, IterationResult, Learned, TraceEngine
-from .timeline import RunnerSpan
+from .timeline import RunnerSpan, SpanFeed, SpanLog
 from .tracegraph import TraceGraph
 
 MODES = ("coexec", "lazy", "trace", "eager")
@@ -92,6 +92,7 @@ class Terra:
         compile_after: int = 2,
         program: str = "segments",
         learned: Learned | None = None,
+        keep_spans: int = 200,
     ) -> None:
         """``max_fallbacks``: fallbacks within 20 iterations after which co-execution gives up
         and stays in tracing; ``strict``: a fallback after warm-up raises; ``xla``: compile the
@@ -100,7 +101,8 @@ class Terra:
         at once); ``program``: ``"segments"`` runs the confirmed ops in compiled straight-line
         segments, ``"whole"`` runs each co-executed iteration as one generated program with
         ``switch_case``/``while_loop`` (coexec mode only; see ``Terra.program``); ``learned``:
-        continue from an earlier Terra on the same code."""
+        continue from an earlier Terra on the same code; ``keep_spans``: the runner spans of
+        this many last iterations are kept for the timeline (older ones only counted)."""
         if mode not in MODES:
             raise TerraUsageError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
         if not isinstance(max_fallbacks, int) or max_fallbacks < 1:
@@ -111,6 +113,8 @@ class Terra:
             raise TerraUsageError(f"program must be 'segments' or 'whole', got {program!r}")
         if program == "whole" and mode != "coexec":
             raise TerraUsageError(f"program='whole' needs mode='coexec', not {mode!r}")
+        if not isinstance(keep_spans, int) or keep_spans < 1:
+            raise TerraUsageError(f"keep_spans must be an int >= 1, got {keep_spans!r}")
         if learned is not None and not isinstance(learned, Learned):
             raise TerraUsageError("learned= takes the .learned of an earlier Terra")
         self.mode = mode
@@ -123,7 +127,9 @@ class Terra:
         self._state = "new"  # new -> open -> closed
         self._engine: Any = None
         self._stats: list[IterationStats] = []
-        self._spans: list[RunnerSpan] = []
+        self._spans = SpanLog(keep_spans)
+        self._graph_feeds: dict[str, SpanFeed] = {}
+        self._span_lock = threading.Lock()
         self._fallbacks: list[Fallback] = []
         self._listeners: list[Callable[[IterationStats], None]] = []
         self._iteration: ExitStack | None = None
@@ -231,7 +237,8 @@ class Terra:
     def _record(self, result: IterationResult, t_end: float, ended: str) -> None:
         index = len(self._stats)
         stall = sum(s.duration for s in result.stalls if s.kind == "stall")
-        self._spans.extend(_exec_spans(index, result.phase, self._t_start, t_end, result.stalls))
+        python = _exec_spans(index, result.phase, self._t_start, t_end, result.stalls)
+        self._take_graph_spans(python)
         if result.fallback is not None:
             self._fallbacks.append(Fallback(index, *result.fallback))
         self.last_path = result.path
@@ -284,22 +291,33 @@ class Terra:
 
     @property
     def spans(self) -> tuple[RunnerSpan, ...]:
-        """The runners' exec/stall spans, for the timeline."""
-        return tuple(self._spans) + tuple(getattr(self._engine, "graph_spans", ()))
+        """Both runners' spans of the last ``keep_spans`` iterations, in iteration order."""
+        self._take_graph_spans()
+        return self._spans.spans()
 
     @property
     def stats(self) -> tuple[IterationStats, ...]:
         """One record per iteration, in order (graph times from the GraphRunner's spans)."""
-        graph = getattr(self._engine, "graph_spans", ())
-        if not graph:
+        self._take_graph_spans()
+        times = self._spans.graph_times
+        if not times:
             return tuple(self._stats)
-        exec_, stall = [0.0] * len(self._stats), [0.0] * len(self._stats)
-        for s in graph:
-            if s.iteration < len(self._stats):
-                (exec_ if s.kind == "exec" else stall)[s.iteration] += s.duration
         return tuple(
-            replace(s, graph_exec=exec_[i], graph_stall=stall[i]) for i, s in enumerate(self._stats)
+            replace(s, graph_exec=times[i][0], graph_stall=times[i][1]) if i in times else s
+            for i, s in enumerate(self._stats)
         )
+
+    def _take_graph_spans(self, python: Iterable[RunnerSpan] = ()) -> None:
+        """Log ``python`` spans and the GraphRunner's new spans (written by its threads)."""
+        lanes = {}
+        runner = getattr(self._engine, "runner", None)
+        if runner is not None:
+            whole = runner.whole
+            lanes = {"segments": runner.graph.spans, "whole": whole.spans if whole else ()}
+        with self._span_lock:  # the loop's thread and a view's may ask at once
+            self._spans.add(python)
+            for name, source in lanes.items():
+                self._spans.add(self._graph_feeds.setdefault(name, SpanFeed()).take(source))
 
 
 def _exec_spans(iteration: int, phase: str, start: float, end: float, stalls) -> list[RunnerSpan]:

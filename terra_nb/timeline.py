@@ -7,7 +7,8 @@ A ``RunnerSpan`` is a stretch of time one runner spent on one iteration: ``exec`
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 RUNNERS = ("python", "graph")
@@ -29,6 +30,61 @@ class RunnerSpan:
     @property
     def duration(self) -> float:
         return self.t_end - self.t_start
+
+
+class SpanLog:
+    """The spans of the last ``keep`` iterations, grouped by iteration (both runners' lanes of an
+    iteration stay together however late the GraphRunner's arrive), plus each iteration's
+    GraphRunner exec/stall seconds for every iteration (two floats each, for the statistics).
+
+    Spans of an iteration older than the window are counted but not kept.
+    """
+
+    def __init__(self, keep: int = 200) -> None:
+        self.keep = keep
+        self._by_iteration: OrderedDict[int, list[RunnerSpan]] = OrderedDict()
+        self.graph_times: dict[int, list[float]] = {}  # iteration -> [exec, stall] seconds
+
+    def add(self, spans: Iterable[RunnerSpan]) -> None:
+        newest = next(reversed(self._by_iteration), -1)
+        for s in spans:
+            if s.runner == "graph" and s.kind in ("exec", "stall"):
+                times = self.graph_times.setdefault(s.iteration, [0.0, 0.0])
+                times[s.kind == "stall"] += s.duration
+            if s.iteration > newest - self.keep:
+                self._by_iteration.setdefault(s.iteration, []).append(s)
+                newest = max(newest, s.iteration)
+        self._trim(newest)
+
+    def _trim(self, newest: int) -> None:
+        for iteration in [i for i in self._by_iteration if i <= newest - self.keep]:
+            del self._by_iteration[iteration]
+
+    def spans(self) -> tuple[RunnerSpan, ...]:
+        """The kept spans in iteration order (PythonRunner before GraphRunner within one)."""
+        ordered = sorted(self._by_iteration.items())
+        return tuple(
+            s for _, spans in ordered for s in sorted(spans, key=lambda s: s.runner != "python")
+        )
+
+
+class SpanFeed:
+    """Takes the spans appended to a list (or deque) since the last ``take``. Another thread may
+    be appending, and the owner may drop old spans from the front: the last span taken is found
+    again by identity, so nothing is taken twice or skipped."""
+
+    def __init__(self) -> None:
+        self._last: RunnerSpan | None = None
+
+    def take(self, source: Sequence[RunnerSpan]) -> list[RunnerSpan]:
+        end = len(source)
+        start = end
+        while start > 0 and source[start - 1] is not self._last:
+            start -= 1
+        new = [source[i] for i in range(start, end)]
+        if new:
+            self._last = new[-1]
+        return new
 
 
 def breakdown(spans: Iterable[RunnerSpan]) -> dict[str, float]:

@@ -9,7 +9,7 @@
     views.show_timeline(terra.spans, terra.stats)
 
 The widgets (``GraphView``, ``TimelineView``, ``Dashboard``) need ``anywidget`` (``pip install
-terra-nb[views]``); ``StaticGraph`` and ``StaticTimeline`` (HTML with SVG, what nbconvert and
+terra-nb[views]``); ``StaticGraph`` and ``StaticTimeline`` (SVG and PNG pictures, what nbconvert and
 front ends without a widget manager show) do not. Graph layout uses the Graphviz ``dot``
 binary; without it a simple built-in layout is drawn with a message saying so. The views read
 only exported data: TraceGraph (JSON), ``RunnerSpan`` and ``IterationStats`` records.

@@ -5,12 +5,13 @@ once per ``interval`` seconds it redraws the counters and the timeline, and at a
 ``graph_budget`` (the share of loop time the graph snapshots may take) it snapshots the
 TraceGraph: hits before and after one iteration give that iteration's path. Graph layouts run on
 a worker thread. When a notebook cell ends, the dashboard catches up and refreshes its output
-(so a saved notebook holds the final pictures as HTML).
+(so a saved notebook holds the final picture as a PNG).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,8 @@ import traitlets as t
 from .graph_model import new_since, path_nodes
 from .graph_view import GraphState
 from .live import LayoutWorker, RateMeter, on_cell_end
-from .static import counters_html, timeline_html
-from .timeline_svg import last_iterations
+from .static import PNG, counters_text, graph_bundle, stack_png, timeline_png
+from .timeline_svg import last_iterations, summary
 from .timeline_view import TimelineState, timeline_text
 
 HERE = Path(__file__).parent
@@ -57,8 +58,8 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
         self._rate = RateMeter()
         self._stats: list = []
         self._pending: list = []
-        self._totals = {k: 0.0 for k in ("python_exec", "python_stall", "graph_exec",
-                                         "graph_stall", "wall", "iterations")}
+        self._totals = summary(())
+        self._graph_mark = -math.inf  # start of the last GraphRunner span counted
         self._last_push = self._next_graph = 0.0
         self._pre_hits: list[int] | None = None
         self._last_hits: list[int] = []
@@ -77,8 +78,9 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
         ``spans`` and ``stats``; ``explain()`` if it has one)."""
         self._source = terra
         self._stats = list(terra.stats)
-        for s in self._stats:
-            self._account(s)
+        self._totals = summary(self._stats)
+        self._rate.extend(s.t_end for s in self._stats)
+        self._count_graph(terra.spans, add=False)
         terra.subscribe(self.on_iteration)
         self.flush()
         return self
@@ -98,11 +100,22 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
     # -- updating ---------------------------------------------------------------------------
 
     def _account(self, s) -> None:
-        for key in ("python_exec", "python_stall", "graph_exec", "graph_stall"):
+        """Python's side of one iteration; the GraphRunner's comes later, from its spans."""
+        for key in ("python_exec", "python_stall"):
             self._totals[key] += getattr(s, key) or 0.0
         self._totals["wall"] += s.t_end - s.t_start
         self._totals["iterations"] += 1
         self._rate.add(s.t_end)
+
+    def _count_graph(self, spans, add: bool = True) -> None:
+        """Add the GraphRunner spans that ended since the last count (one thread writes them,
+        in time order) to the totals: an iteration's graph time arrives after the iteration."""
+        mark = self._graph_mark
+        for s in spans:
+            if s.runner == "graph" and s.kind in ("exec", "stall") and s.t_start > mark:
+                if add:
+                    self._totals[f"graph_{s.kind}"] += s.duration
+                self._graph_mark = max(self._graph_mark, s.t_start)
 
     def _push(self, now: float, graph: bool) -> None:
         """Counters and timeline now; with ``graph``, hits before the next iteration."""
@@ -110,7 +123,9 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
         for s in new:
             self._account(s)
         self._stats.extend(new)
-        spans, stats = last_iterations(self._source.spans, self._stats, self.window)
+        every = self._source.spans
+        self._count_graph(every)
+        spans, stats = last_iterations(every, self._stats, self.window)
         with self._lock, self.hold_sync():
             self.draw_timeline(spans, stats, self._totals)
             self.counters = json.dumps(self._counters("running"))
@@ -185,12 +200,16 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
             self.counters = json.dumps(self._counters(status))
 
     def finish(self) -> None:
-        """After a cell: catch up, mark finished and refresh the saved output's HTML."""
+        """After a cell: catch up, mark finished and refresh the saved output's picture."""
         seen = len(self._stats) + len(self._pending)
         if self._source is None or seen == self._finished_at:
             return
         self._finished_at = seen
         self.flush(status="finished")
+        with self._lock:
+            self._totals = summary(self._source.stats)  # exact, now that every time is in
+            self.draw_timeline(*last_iterations(self._all_spans(), self._stats, self.window),
+                               self._totals)
         if self._display_handle is not None:
             self._display_handle.update(self)
 
@@ -204,10 +223,9 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
     def _repr_mimebundle_(self, **kwargs):
         data, metadata = super()._repr_mimebundle_(**kwargs)
         spans, stats = last_iterations(self._all_spans(), self._stats, self.window)
-        data["text/html"] = (
-            counters_html(json.loads(self.counters))
-            + self.graph_static_html()
-            + timeline_html(spans, stats, self.window, self._totals)
-        )
+        graph = graph_bundle(self.static_picture()).get(PNG)
+        lanes = timeline_png(spans, stats, self.window, self._totals)
+        pictures = [graph, lanes] if graph else [lanes]
+        data[PNG] = stack_png(counters_text(json.loads(self.counters)), pictures)
         data["text/plain"] = f"terra-nb dashboard: {timeline_text(self._stats)}"
         return data, metadata

@@ -26,17 +26,23 @@ class _Box:
     parts: list[str] = field(default_factory=list)
 
 
-def fallback_svg(g: TraceGraph, plan: ViewPlan, marks: dict[str, list[str]]) -> str:
-    """An SVG of ``plan`` without Graphviz: same element ids and classes, simpler geometry."""
+def fallback_svg(
+    g: TraceGraph, plan: ViewPlan, marks: dict[str, list[str]], note: str = ""
+) -> str:
+    """An SVG of ``plan`` without Graphviz: same element ids and classes, simpler geometry;
+    ``note`` (why) in red above it."""
     box = _layout_region(g, plan, -1, marks)
-    w, h = box.width + 2 * PAD, box.height + 2 * PAD
+    top = 18 if note else 0
+    w, h = max(box.width, len(note) * CHAR_W) + 2 * PAD, box.height + 2 * PAD + top
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w:.0f}pt" height="{h:.0f}pt" '
         f'viewBox="0 0 {w:.0f} {h:.0f}" class="terra-fallback-layout">'
         '<defs><marker id="terra-arrow" viewBox="0 0 10 10" refX="10" refY="5" '
         'markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0L10,5L0,10z" '
         'fill="#868e96"/></marker></defs>'
-        f'<g id="graph0" class="graph" transform="translate({PAD},{PAD})">'
+        + (f'<text x="{PAD}" y="14" font-size="10" fill="#c92a2a">{escape(note)}</text>'
+           if note else "")
+        + f'<g id="graph0" class="graph" transform="translate({PAD},{PAD + top})">'
         + "".join(box.parts)
         + "</g></svg>"
     )

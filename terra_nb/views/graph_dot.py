@@ -19,6 +19,14 @@ CASE_COLORS = ("#1c7ed6", "#e8590c", "#2f9e44", "#ae3ec9", "#f08c00", "#0c8599")
 INSTALL_HINT = "install Graphviz (apt-get install graphviz / conda install graphviz)"
 
 
+LEGEND = (
+    "▶ op: an input Python feeds · op ▶ (red): an output Python fetches",
+    "hexagon: branch point, its edges case 0, case 1 ... · dashed box: ops on one line",
+    "purple box: a Python loop inside the iteration (trips: the trip counts seen)",
+    "orange: the last iteration's path · yellow: nodes new since the previous picture",
+)
+
+
 class LayoutUnavailable(RuntimeError):
     """The Graphviz ``dot`` binary is missing or failed."""
 
@@ -112,14 +120,17 @@ def view_dot(
     *,
     current: Iterable[int] = (),
     new: Iterable[int] = (),
+    legend: bool = False,
 ) -> str:
     """DOT for ``plan``; ``current`` and ``new`` node ids are baked in as classes and colours
-    (the live widgets leave them out and toggle the classes in the browser instead)."""
+    (the live widgets leave them out and toggle the classes in the browser instead); with
+    ``legend`` the marks are explained under the graph (a static picture has no legend box)."""
     marks = marks_for(plan, current, new)
+    caption = f" label={dot_string(*LEGEND)} labeljust=l labelloc=b" if legend else ""
     lines = [
         "digraph TraceGraph {",
         "  rankdir=TB; nodesep=0.25; ranksep=0.3;",
-        '  graph [fontname="Helvetica" fontsize=10];',
+        f'  graph [fontname="Helvetica" fontsize=10{caption}];',
         '  node [fontname="Helvetica" fontsize=10 height=0.3];',
         '  edge [color="#868e96" arrowsize=0.6 fontname="Helvetica" fontsize=9];',
     ]
@@ -213,16 +224,21 @@ def dot_available() -> bool:
 
 def render_svg(dot_text: str, timeout: float = 120.0) -> str:
     """Lay out ``dot_text`` with Graphviz; the ``<svg>`` element (no XML prolog)."""
+    svg = render(dot_text, "svg", timeout).decode()
+    return svg[svg.index("<svg"):]
+
+
+def render(dot_text: str, fmt: str, timeout: float = 120.0) -> bytes:
+    """``dot_text`` laid out by Graphviz as ``fmt`` (svg, png)."""
     binary = shutil.which("dot")
     if binary is None:
         raise LayoutUnavailable(f"Graphviz `dot` was not found on PATH; {INSTALL_HINT}")
     try:
         done = subprocess.run(
-            [binary, "-Tsvg"], input=dot_text.encode(), capture_output=True, timeout=timeout
+            [binary, f"-T{fmt}"], input=dot_text.encode(), capture_output=True, timeout=timeout
         )
     except subprocess.TimeoutExpired:
         raise LayoutUnavailable(f"Graphviz `dot` took more than {timeout:.0f} s") from None
     if done.returncode != 0:
         raise LayoutUnavailable("Graphviz `dot` failed: " + done.stderr.decode()[-500:])
-    svg = done.stdout.decode()
-    return svg[svg.index("<svg"):]
+    return done.stdout

@@ -4,12 +4,10 @@ plus the JSON the widgets' details panel reads. Pure data in, strings out."""
 from __future__ import annotations
 
 import json
-import linecache
-import os
-import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..dot import Listing, cell_names, source_lines  # noqa: F401 - re-exported for views
 from ..tracegraph import TraceGraph
 from .fallback_layout import fallback_svg
 from .graph_dot import LayoutUnavailable, marks_for, render_svg, view_dot
@@ -38,50 +36,31 @@ def draw_graph(
     collapse_loops: bool | str = "auto",
     bake: bool = True,
 ) -> GraphPicture:
-    """Lay out ``g``. With ``bake`` the current path and new nodes are drawn into the SVG
-    (static output); the widgets pass ``bake=False`` and mark them in the browser."""
+    """Lay out ``g``, its cells named as the front end names them (``In [3]:6``). With ``bake``
+    the current path and new nodes are drawn into the SVG (static output); the widgets pass
+    ``bake=False`` and mark them in the browser."""
+    g = named_cells(g, cell_names())
     plan = plan_view(g, min_chain=min_chain, collapse_loops=collapse_loops, toggled=toggled)
     current, new = (tuple(current), tuple(new)) if bake else ((), ())
-    dot = view_dot(g, plan, current=current, new=new)
+    dot = view_dot(g, plan, current=current, new=new, legend=bake)
     message = ""
     try:
         svg = render_svg(dot)
     except LayoutUnavailable as err:
         message = f"{err}. Showing a simple built-in layout instead."
-        svg = fallback_svg(g, plan, marks_for(plan, current, new))
+        svg = fallback_svg(g, plan, marks_for(plan, current, new), note=message if bake else "")
     elements = {k: list(el.members) for k, el in plan.elements.items()}
     return GraphPicture(svg, dot, message, plan.groups, elements)
 
 
-def source_lines(g: TraceGraph, known: dict[str, str] | None = None) -> dict[str, str]:
-    """The user source line of every ``file:line`` location in ``g`` that can be found (in
-    ``linecache``, which holds notebook cells, or under the loaded modules and the working
-    directory). ``known`` lines are reused, not looked up again."""
-    out = dict(known or {})
-    wanted = {n.location for n in g.nodes if n.location} - out.keys()
-    if not wanted:
-        return out
-    paths = _paths_by_name()
-    for loc in wanted:
-        name, _, line = loc.rpartition(":")
-        if not line.isdigit():
-            continue
-        for path in paths.get(name, [name]):
-            text = linecache.getline(path, int(line))
-            if text:
-                out[loc] = text.rstrip()
-                break
-    return out
-
-
-def _paths_by_name() -> dict[str, list[str]]:
-    paths: dict[str, list[str]] = {}
-    files = list(linecache.cache)
-    files += [getattr(m, "__file__", None) or "" for m in list(sys.modules.values())]
-    for f in files:
-        if f and not f.startswith("<"):
-            paths.setdefault(os.path.basename(f), []).append(f)
-    return paths
+def named_cells(g: TraceGraph, cells: dict[str, str]) -> TraceGraph:
+    """``g`` with each location's file named by ``cells`` (``<terra-cell-ab12>:6`` -> ``In [3]:6``);
+    only drawings use it: the exported graph keeps the file names."""
+    listing = Listing(cells=cells)
+    if not cells:
+        return g
+    nodes = tuple(replace(n, location=listing.where(n.location)) for n in g.nodes)
+    return replace(g, nodes=nodes)
 
 
 def graph_payload(g: TraceGraph, picture: GraphPicture, sources: dict[str, str]) -> str:
@@ -91,4 +70,5 @@ def graph_payload(g: TraceGraph, picture: GraphPicture, sources: dict[str, str])
     data["elements"] = picture.elements
     data["groups"] = picture.groups
     data["source_lines"] = sources
+    data["cells"] = cell_names()
     return json.dumps(data)

@@ -37,8 +37,16 @@ function sourceText(s) {
   return `${kind}${detail ? " " + detail : ""}`;
 }
 
+function where(data, location) {
+  // `<terra-cell-ab12>:6` -> `In [3]:6`, as the front end names its cells
+  const i = (location || "").lastIndexOf(":");
+  const cell = i > 0 ? data.cells[location.slice(0, i)] : undefined;
+  return cell ? cell + location.slice(i) : location;
+}
+
 function parseData(text) {
   const data = JSON.parse(text || "{}");
+  data.cells = data.cells || {};
   data.nodes = data.nodes || [];
   data.elements = data.elements || {};
   data.groups = data.groups || {};
@@ -66,7 +74,8 @@ function nodeDetails(data, n) {
   const outputs = n.outputs.map((s, i) => [`out ${i}`, esc(specText(s)), n.fetches.includes(i) ? "fetched" : ""]);
   const attrs = n.attrs.map(([k, v]) => [esc(k), `<code>${esc(JSON.stringify(v))}</code>`]);
   return `<h4>${esc(n.op_type)}${badges}</h4>` +
-    `<div class="terra-muted">node #${n.id} · hits ${n.hits} · <code>${esc(n.location)}</code></div>` +
+    `<div class="terra-muted">node #${n.id} · <code>${esc(where(data, n.location))}</code></div>` +
+    `<div class="terra-muted" title="hits: how often tracing recorded this op, in all traced iterations together; co-executed iterations are not counted">traced ${n.hits}× in total (once per loop trip)</div>` +
     (line ? `<div class="terra-source">${esc(line.trim())}</div>` : "") +
     rows([...inputs, ...outputs]) + (attrs.length ? "<b>attributes</b>" + rows(attrs) : "");
 }
@@ -86,13 +95,13 @@ function describe(data, key) {
   if (!first) return { html: "", group: "" };
   let html;
   if (key[0] === "c") {
-    html = `<h4>${members.length} ops on one line</h4><div class="terra-muted"><code>${esc(first.location)}</code></div>` +
+    html = `<h4>${members.length} ops on one line</h4><div class="terra-muted"><code>${esc(where(data, first.location))}</code></div>` +
       (data.source_lines[first.location] ? `<div class="terra-source">${esc(data.source_lines[first.location].trim())}</div>` : "") +
       rows(members.map((m) => [`#${m}`, esc(data.nodes[m].op_type), esc(data.nodes[m].outputs.map(specText).join(", "))]));
   } else if (first.kind === "loop") {
     const inside = (data.groups["l" + first.id] || { members: [] }).members;
-    html = `<h4>loop @${esc(first.location)}</h4><div>trip counts: <b>${esc(first.trip_counts.join(", "))}</b></div>` +
-      `<div>${inside.filter((m) => data.nodes[m].kind === "op").length} ops inside · hits ${first.hits}</div>`;
+    html = `<h4>loop @${esc(where(data, first.location))}</h4><div>trip counts: <b>${esc(first.trip_counts.join(", "))}</b></div>` +
+      `<div>${inside.filter((m) => data.nodes[m].kind === "op").length} ops inside · entered ${first.hits}× while tracing</div>`;
   } else {
     html = nodeDetails(data, first);
   }
@@ -105,7 +114,11 @@ export function mountGraph(model, el) {
   const title = h("span", "terra-title", "TraceGraph");
   const info = h("span", "terra-muted terra-graph-info");
   const buttons = ["Fit", "+", "−", "Reset groups"].map((label) => h("button", "terra-btn", label));
-  bar.append(title, info, ...buttons);
+  const search = h("input", "terra-search");
+  search.type = "search";
+  search.placeholder = "find: op type or source text";
+  const found = h("span", "terra-muted terra-found");
+  bar.append(title, info, ...buttons, search, found);
   const message = h("div", "terra-message");
   const body = h("div", "terra-graph-body");
   const viewport = h("div", "terra-viewport");
@@ -125,16 +138,32 @@ export function mountGraph(model, el) {
   function applyView() {
     if (svg && view) svg.setAttribute("viewBox", `${view.x} ${view.y} ${view.w} ${view.h}`);
   }
+  // Pixels per SVG unit never fall below MIN_SCALE: Graphviz's 10 pt labels stay >= 8 px.
+  // A graph larger than the pane is shown from its top at that scale; drag to pan.
+  const MIN_SCALE = 0.8;
+  function paneScale(w, h) {
+    return Math.min(viewport.clientWidth / w, viewport.clientHeight / h);
+  }
   function fit() {
     if (!base) return;
-    view = { ...base };
+    const pw = viewport.clientWidth || 800, ph = viewport.clientHeight || 420;
+    const scale = Math.max(Math.min(pw / base.w, ph / base.h), MIN_SCALE);
+    const w = pw / scale, h = ph / scale;
+    view = { x: base.x + (base.w - w) / 2, y: base.h > h ? base.y : base.y + (base.h - h) / 2, w, h };
+    root.dataset.scale = scale.toFixed(2);
     moved = false;
     applyView();
   }
   function zoom(factor, cx, cy) {
     if (!view) return;
     if (cx === undefined) { cx = view.x + view.w / 2; cy = view.y + view.h / 2; }
+    if (factor > 1) {  // zooming out: no further than MIN_SCALE
+      const widest = viewport.clientWidth / MIN_SCALE, tallest = viewport.clientHeight / MIN_SCALE;
+      factor = Math.min(factor, widest / view.w, tallest / view.h);
+      if (factor <= 1) return;
+    }
     view = { x: cx - (cx - view.x) * factor, y: cy - (cy - view.y) * factor, w: view.w * factor, h: view.h * factor };
+    root.dataset.scale = paneScale(view.w, view.h).toFixed(2);
     moved = true;
     applyView();
   }
@@ -156,6 +185,7 @@ export function mountGraph(model, el) {
     base = { x: vb.x, y: vb.y, w: vb.width, h: vb.height };
     if (moved && view) applyView(); else fit();
     mark();
+    find();
   }
   function elementFor(key) {
     if (!svg || !key) return null;
@@ -177,6 +207,33 @@ export function mountGraph(model, el) {
     }
     elementFor(model.get("selected"))?.classList.add("terra-selected");
     root.dataset.current = String(cur.size);
+  }
+  function matches(query) {
+    // drawn elements holding a node whose op type or source line contains `query`
+    const q = query.trim().toLowerCase();
+    if (!q) return [];
+    const keys = new Set();
+    for (const n of data.nodes) {
+      const line = data.source_lines[n.location] || "";
+      if ((n.op_type || "").toLowerCase().includes(q) || line.toLowerCase().includes(q)) {
+        keys.add(data.keyOf.get(n.id));
+      }
+    }
+    return [...keys].map(elementFor).filter(Boolean);
+  }
+  function find() {
+    if (!svg) return;
+    for (const node of svg.querySelectorAll(".terra-match")) node.classList.remove("terra-match");
+    const hits = matches(search.value);
+    for (const node of hits) node.classList.add("terra-match");
+    found.textContent = search.value.trim() ? `${hits.length} found` : "";
+    root.dataset.found = String(hits.length);
+    if (!hits.length || !view) return;
+    const r = hits[0].getBoundingClientRect();  // pan (not zoom): the first match to the middle
+    const c = toSvg({ clientX: r.x + r.width / 2, clientY: r.y + r.height / 2 });
+    view = { ...view, x: c.x - view.w / 2, y: c.y - view.h / 2 };
+    moved = true;
+    applyView();
   }
   function showDetails(key) {
     const { html, group } = describe(data, key);
@@ -239,6 +296,7 @@ export function mountGraph(model, el) {
     mouseleave: () => { drag = null; const sel = model.get("selected"); if (sel) showDetails(sel); },
   };
   for (const [name, fn] of Object.entries(handlers)) viewport.addEventListener(name, fn);
+  search.addEventListener("input", find);
   buttons[0].addEventListener("click", fit);
   buttons[1].addEventListener("click", () => zoom(1 / 1.4));
   buttons[2].addEventListener("click", () => zoom(1.4));

@@ -18,8 +18,8 @@ import traitlets as t
 
 from ..tracegraph import TraceGraph
 from .graph_model import as_graph
-from .graph_picture import draw_graph, graph_payload, source_lines
-from .static import graph_html
+from .graph_picture import GraphPicture, draw_graph, graph_payload, source_lines
+from .static import graph_bundle
 
 HERE = Path(__file__).parent
 
@@ -91,19 +91,16 @@ class GraphState(t.HasTraits):
     def _on_toggled(self, change) -> None:
         self.relayout()
 
-    def graph_static_html(self) -> str:
-        """The graph as static HTML, with the current path and new nodes drawn in."""
-        if self._graph is None:
-            return graph_html(draw_graph(as_graph({"nodes": [], "edges": []})))
-        picture = draw_graph(
-            self._graph,
+    def static_picture(self) -> GraphPicture:
+        """The graph as a static picture, with the current path and new nodes drawn in."""
+        return draw_graph(
+            self._graph or as_graph({"nodes": [], "edges": []}),
             current=self.current,
             new=self.new_nodes,
             toggled=self.toggled,
             min_chain=self.min_chain,
             collapse_loops=self.collapse_loops,
         )
-        return graph_html(picture)
 
     def details(self, node_id: int) -> dict:
         """The exported data of one node (what the details panel shows)."""
@@ -134,6 +131,6 @@ class GraphView(GraphState, anywidget.AnyWidget):
 
     def _repr_mimebundle_(self, **kwargs):
         data, metadata = super()._repr_mimebundle_(**kwargs)
-        data["text/html"] = self.graph_static_html()
+        data.update(graph_bundle(self.static_picture()))
         data["text/plain"] = graph_text(self._graph)
         return data, metadata

@@ -68,6 +68,9 @@ class RateMeter:
     def add(self, t_end: float) -> None:
         self._ends.append(t_end)
 
+    def extend(self, ends) -> None:
+        self._ends.extend(ends)
+
     def rate(self) -> float:
         if len(self._ends) < 2:
             return 0.0

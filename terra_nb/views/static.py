@@ -1,68 +1,75 @@
-"""Static pictures: the same SVGs as the widgets, as HTML for front ends without a widget manager
-(nbconvert HTML, plain renderers). No IPython, no anywidget: objects with ``_repr_html_``."""
+"""Static pictures: the same drawings as the widgets, as ``image/svg+xml`` and ``image/png``
+outputs, for front ends without a widget manager and for saved notebooks.
+
+Pictures, not HTML: JupyterLab sanitises the HTML of an untrusted notebook (a saved one, reopened)
+and strips inline SVG from it, and it never renders an ``image/svg+xml`` output there either, so
+each bundle carries a PNG too (JupyterLab, Notebook 7, nbconvert and GitHub all show it). No
+IPython, no anywidget: objects with ``_repr_mimebundle_``.
+"""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Sequence
-from html import escape
 
 from ..tracegraph import TraceGraph
+from .graph_dot import LayoutUnavailable, render
 from .graph_model import as_graph
 from .graph_picture import GraphPicture, draw_graph
-from .timeline_svg import summary, summary_svg, timeline_svg
+from .timeline_svg import summary, timeline_png, timeline_svg
 
-_BOX = (
-    'style="font-family:Helvetica,sans-serif;font-size:12px;border:1px solid #dee2e6;'
-    'border-radius:6px;padding:6px;max-width:100%;"'
-)
-_SCROLL = 'style="max-height:520px;overflow:auto;"'
+SVG, PNG = "image/svg+xml", "image/png"
 
 
-def graph_html(picture: GraphPicture, title: str = "TraceGraph") -> str:
-    """A titled, scrollable box around the graph SVG; the layout message and, when Graphviz is
-    missing, the DOT text (paste it into any Graphviz viewer)."""
-    parts = [f'<div class="terra-static terra-static-graph" {_BOX}>', f"<b>{escape(title)}</b>"]
-    if picture.message:
-        parts.append(
-            f'<div class="terra-message" style="color:#c92a2a">{escape(picture.message)}</div>'
-        )
-    parts.append(f'<div {_SCROLL}>{picture.svg}</div>')
-    if picture.message:
-        parts.append(f"<details><summary>DOT</summary><pre>{escape(picture.dot)}</pre></details>")
-    parts.append(_LEGEND + "</div>")
-    return "".join(parts)
+def graph_bundle(picture: GraphPicture) -> dict[str, str | bytes]:
+    """The graph as SVG and, when Graphviz lays it out, PNG (the built-in layout is SVG only)."""
+    bundle: dict[str, str | bytes] = {SVG: picture.svg}
+    if not picture.message:
+        try:
+            bundle[PNG] = render(picture.dot, "png")
+        except LayoutUnavailable:
+            pass
+    return bundle
 
 
-_LEGEND = (
-    '<div class="terra-legend" style="color:#495057;margin-top:4px">'
-    "▶ op: feed input · op ▶: fetched output · hexagon: branch point, edges <i>case k</i> · "
-    "dashed box: chain of ops on one line · purple: loop (trip counts) · "
-    '<span style="color:#e8590c">orange</span>: current iteration · '
-    '<span style="background:#ffec99">yellow</span>: new nodes</div>'
-)
-
-
-def timeline_html(
+def timeline_bundle(
     spans: Sequence, stats: Sequence, window: int = 20, totals: dict | None = None
-) -> str:
-    """The two runner lanes over the last ``window`` iterations, and the summary bar (from
-    ``totals``, default: the totals of ``stats``)."""
-    return (
-        f'<div class="terra-static terra-static-timeline" {_BOX}><b>Timeline</b> '
-        f'<span style="color:#868e96">last {window} iterations</span>'
-        f'<div style="overflow-x:auto">{timeline_svg(spans, stats, window)}</div>'
-        f"{summary_svg(totals or summary(stats))}</div>"
-    )
+) -> dict[str, str | bytes]:
+    """The lanes of the last ``window`` iterations and the summary bar (from ``totals``,
+    default: the totals of ``stats``): the lanes as SVG, lanes and summary as one PNG."""
+    return {
+        SVG: timeline_svg(spans, stats, window),
+        PNG: timeline_png(spans, stats, window, totals or summary(stats)),
+    }
 
 
-def counters_html(counters: dict) -> str:
-    """The dashboard counters as one line of HTML."""
-    cells = " · ".join(f"<b>{escape(str(k))}</b> {escape(str(v))}" for k, v in counters.items())
-    return f'<div class="terra-static terra-counters" {_BOX}>{cells}</div>'
+def stack_png(header: str, pictures: Iterable[bytes]) -> bytes:
+    """One PNG: a line of ``header`` text above ``pictures`` (PNG bytes), left-aligned."""
+    from PIL import Image, ImageDraw
+
+    from .canvas import _font
+
+    images = [Image.open(io.BytesIO(p)).convert("RGB") for p in pictures]
+    width = max([i.width for i in images] + [600])
+    out = Image.new("RGB", (width, 40 + sum(i.height + 16 for i in images)), "white")
+    ImageDraw.Draw(out).text((12, 12), header, fill="#212529", font=_font(22, False))
+    y = 40
+    for image in images:
+        out.paste(image, (0, y))
+        y += image.height + 16
+    buffer = io.BytesIO()
+    out.save(buffer, format="PNG", optimize=True)
+    return buffer.getvalue()
+
+
+def counters_text(counters: dict) -> str:
+    """The dashboard counters as one line."""
+    shown = ("iteration", "phase", "iterations_per_s", "fallbacks", "ops", "nodes", "status")
+    return " · ".join(f"{k.replace('_', ' ')} {counters[k]}" for k in shown if k in counters)
 
 
 class StaticGraph:
-    """A TraceGraph picture that displays as HTML (SVG inside)."""
+    """A TraceGraph picture (SVG and PNG outputs)."""
 
     def __init__(
         self,
@@ -74,21 +81,22 @@ class StaticGraph:
     ) -> None:
         self.picture = draw_graph(as_graph(graph), current=current, new=new, **options)
 
-    def _repr_html_(self) -> str:
-        return graph_html(self.picture)
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {**graph_bundle(self.picture), "text/plain": repr(self)}
 
     def __repr__(self) -> str:
         return f"<StaticGraph {len(self.picture.elements)} elements>"
 
 
 class StaticTimeline:
-    """A timeline picture that displays as HTML."""
+    """A timeline picture (SVG and PNG outputs)."""
 
     def __init__(self, spans: Sequence, stats: Sequence, window: int = 20) -> None:
         self.spans, self.stats, self.window = tuple(spans), tuple(stats), window
 
-    def _repr_html_(self) -> str:
-        return timeline_html(self.spans, self.stats, self.window)
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        bundle = timeline_bundle(self.spans, self.stats, self.window)
+        return {**bundle, "text/plain": repr(self)}
 
     def __repr__(self) -> str:
         return f"<StaticTimeline {len(self.stats)} iterations>"

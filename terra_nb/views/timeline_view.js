@@ -55,7 +55,7 @@ export function mountTimeline(model, el) {
     moveTitles(summary);
     const svg = lanes.querySelector("svg");
     const shown = svg ? svg.getAttribute("data-iterations") : "0";
-    windowLabel.textContent = `last ${shown} of up to ${model.get("window")} iterations`;
+    windowLabel.textContent = svg ? svg.getAttribute("data-caption") : "no iterations yet";
     root.dataset.iterations = shown;
   }
   function hover(e) {

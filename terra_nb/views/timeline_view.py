@@ -14,7 +14,7 @@ import anywidget
 import traitlets as t
 
 from ..timeline import to_chrome_trace
-from .static import timeline_html
+from .static import timeline_bundle
 from .timeline_svg import summary, summary_svg, timeline_svg
 
 HERE = Path(__file__).parent
@@ -80,7 +80,7 @@ class TimelineView(TimelineState, anywidget.AnyWidget):
 
     def _repr_mimebundle_(self, **kwargs):
         data, metadata = super()._repr_mimebundle_(**kwargs)
-        data["text/html"] = timeline_html(self._spans, self._stats, self.window)
+        data.update(timeline_bundle(self._spans, self._stats, self.window))
         data["text/plain"] = timeline_text(self._stats)
         return data, metadata
 

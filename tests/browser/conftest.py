@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from system_tools import require
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -47,13 +48,8 @@ def _missing() -> str | None:
 
 
 def _require() -> None:
-    """Skip when a piece is missing, except in CI (``CI=true``), where .ci/run installs them all
-    and a skipped browser test would hide a broken install."""
-    reason = _missing()
-    if reason and os.environ.get("CI") == "true":
-        pytest.fail(f"browser test cannot run in CI: {reason}")
-    if reason:
-        pytest.skip(reason)
+    """Skip when a piece is missing, except in CI (see ``system_tools``)."""
+    require(_missing())
 
 
 def _free_port() -> int:
@@ -88,15 +84,26 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="session")
-def lab(tmp_path_factory):
-    """A JupyterLab server serving a temporary copy of this folder's notebooks; its URL."""
+def lab_root(tmp_path_factory) -> Path:
+    """The folder JupyterLab serves: copies of this folder's notebooks and the teaching
+    notebook (the server writes to its copies only)."""
     _require()
     root = tmp_path_factory.mktemp("lab")
-    for nb in Path(__file__).parent.glob("*.ipynb"):  # the server writes to its copy only
+    for nb in [*Path(__file__).parent.glob("*.ipynb"), ROOT / "notebooks" / "live_views.ipynb"]:
         shutil.copy(nb, root / nb.name)
+    return root
+
+
+@pytest.fixture(scope="session")
+def lab(lab_root):
+    """A JupyterLab server on 127.0.0.1 serving ``lab_root``; its URL."""
+    root = lab_root
     settings = root / "settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    notebook = root / "settings" / "@jupyterlab" / "notebook-extension"
+    notebook.mkdir(parents=True)  # every cell in the DOM: the tests look at all outputs
+    (notebook / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     port = _free_port()
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "3"}

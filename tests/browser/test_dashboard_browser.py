@@ -66,7 +66,7 @@ def _details(page) -> None:
     svg = f"{DASH} .terra-viewport svg"
     page.hover(f"{svg} g.node.terra-fetch")
     details = f"{DASH} .terra-details"
-    assert "hits" in page.inner_text(details)
+    assert "traced" in page.inner_text(details) and "In [" in page.inner_text(details)
     assert "loss" in page.inner_text(f"{details} .terra-source")
     assert page.locator(f"{details} .terra-badge.terra-fetch").count() == 1
     page.click(f"{svg} g.node.terra-chain >> nth=0")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from IPython.core.error import UsageError
@@ -72,24 +73,57 @@ def test_explain_lists_fallbacks(ran):
     assert str(explanation) == "no fallbacks in the last run (mode trace)"
 
 
-def test_graph_prints_the_tracegraph(ran, capsys):
+def test_graph_prints_the_tracegraph_listing(ran, capsys):
     capsys.readouterr()
     assert ran.run_line_magic("terra", "graph") is None
     terra = ran.magics_manager.registry["TerraMagics"].runner.last
-    assert capsys.readouterr().out == repr(terra.graph) + "\n"
+    out = capsys.readouterr().out
+    assert out.startswith(repr(terra.graph).splitlines()[0])  # TraceGraph(... branch points)
+    assert re.search(r"-> case 0:%\d+ case 1:%\d+", out)  # the `if i % 2` branch
+    assert re.search(r"AssignAddVariableOp .*@In \[\d+\]:\d+", out)  # the cell, named
+    assert "# v.assign_add(1.0)" in out and "fetch: Python reads this output" in out
 
 
-def test_timeline_prints_one_line_per_iteration(ran, capsys):
+def test_timeline_prints_the_breakdown_table(ran, capsys):
     capsys.readouterr()
     ran.run_line_magic("terra", "timeline")
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[:5] == ["iter", "phase", "ms", "ops", "graph"]
-    rows = [line.split() for line in lines[1:]]
+    assert lines[0].split() == ["iter", "phase", "wall", "ms", "python", "exec", "python",
+                                "stall", "graph", "exec", "graph", "stall", "ops", "graph"]
+    rows = [line.split() for line in lines[1:-1]]
     terra = ran.magics_manager.registry["TerraMagics"].runner.last
     assert [r[0] for r in rows] == ["0", "1", "2", "3"]
     assert [r[1] for r in rows] == ["tracing"] * 4
-    assert [int(r[3]) for r in rows] == [s.ops for s in terra.stats]
-    assert [r[4] == "covered" for r in rows] == [s.covered for s in terra.stats]
+    assert [float(r[3]) for r in rows] == [round(s.python_exec * 1e3, 2) for s in terra.stats]
+    assert [int(r[7]) for r in rows] == [s.ops for s in terra.stats]
+    assert [r[8] == "covered" for r in rows] == [s.covered for s in terra.stats]
+    assert lines[-1].split()[0] == "mean"
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    """The shell is a terminal IPython (no widget front end)."""
+    import kernel_ext.magics
+
+    monkeypatch.setattr(kernel_ext.magics, "is_terminal", lambda shell: True)
+
+
+def test_terminal_shows_text_even_with_views(ip, terminal, capsys):
+    assert ip.run_cell("%%terra --quiet --mode trace\n" + LOOP).success
+    capsys.readouterr()
+    ip.run_line_magic("terra", "graph")
+    assert "case 1:" in capsys.readouterr().out
+    ip.run_line_magic("terra", "timeline")
+    assert capsys.readouterr().out.splitlines()[0].split()[:2] == ["iter", "phase"]
+
+
+def test_terminal_progress_goes_to_stderr_not_stdout(ip, terminal, capsys):
+    ip.run_line_magic("config", "TerraMagics.progress_interval = 0.05")
+    assert ip.run_cell("%%terra\nimport time\nfor i in range(12):\n    time.sleep(0.02)\n")
+    captured = capsys.readouterr()
+    assert "terra: iteration" not in captured.out  # the program's stdout: only the summary
+    assert captured.out.startswith("terra[coexec]: 12 iterations")
+    assert "\rterra: iteration " in captured.err and captured.err.endswith("\r")
 
 
 def test_export_writes_graph_and_chrome_trace(ran, tmp_path):

@@ -65,8 +65,41 @@ def shows_view(book: Executed, cell, text_marker: str) -> bool:
 
 
 def test_every_notebook_is_tested():
-    assert {p.stem for p in NOTEBOOKS.glob("*.ipynb")} == {
-        "quickstart", "how_it_works", "debugging"}
+    assert {p.stem for p in NOTEBOOKS.glob("*.ipynb")} >= {
+        "quickstart", "how_it_works", "debugging", "live_views"}
+
+
+def test_kernels_import_this_checkout():
+    """The notebooks' kernels run the terra_nb under test, not another installed copy."""
+    book = executed("quickstart")
+    assert book.errors() == []
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import terra_nb; print(terra_nb.__file__)")])
+    nbclient.NotebookClient(nb, timeout=60, kernel_name="python3").execute()
+    printed = nb.cells[0].outputs[0].text.strip()
+    assert printed == str(NOTEBOOKS.parent / "terra_nb" / "__init__.py")
+
+
+def test_live_views():
+    """The teaching notebook: an inner loop, a branch on a fetched value and a late new path,
+    live under --viz; its views are pictures too (a saved notebook shows them)."""
+    book = executed("live_views")
+    assert book.errors() == []
+    train = book.cell("%%terra --viz")
+    assert any(WIDGET in o.get("data", {}) for o in train.outputs)
+    assert any("image/png" in o.get("data", {}) for o in train.outputs)
+    text = book.text(train)
+    last = float(re.search(r"loss: first [\d.]+, last ([\d.]+)", text).group(1))
+    assert last < 0.1
+    assert re.search(r"terra\[coexec\]: 200 iterations in .* phase coexec", text)
+    explained = book.text(book.cell("%terra explain"))
+    assert re.search(r"iteration 150: .*loss = loss \+ 1e-3", explained)  # the late new path
+    status = book.text(book.cell("%terra status"))
+    assert "phase       coexec" in status
+    graph = book.cell("%terra graph")
+    assert shows_view(book, graph, "loops")
+    assert re.search(r"[1-9]\d* loops, [1-9]\d* branch points", book.text(graph))
+    assert book.nb.metadata["widgets"]  # nbclient stores the widgets' state
 
 
 def test_quickstart():

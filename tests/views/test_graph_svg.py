@@ -1,7 +1,6 @@
 """The graph view's DOT and SVG: ids, clusters, classes for loop, case, feed, fetch, branch."""
 
 import json
-import shutil
 
 import pytest
 from view_fixtures import by_id, classes, parse_svg
@@ -11,7 +10,7 @@ from terra_nb.views.graph_model import plan_view
 from terra_nb.views.graph_picture import draw_graph, graph_payload, source_lines
 from terra_nb.views.static import StaticGraph
 
-needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` not installed")
+needs_dot = pytest.mark.usefixtures("needs_dot")
 
 
 def test_dot_text_has_clusters_cases_and_classes(graph):
@@ -80,8 +79,9 @@ def test_without_dot_a_builtin_layout_and_a_message(graph, monkeypatch):
     assert {"terra-loop"} <= classes(ids["cluster_8"])
     assert {"terra-fetch", "terra-branch", "terra-current"} <= classes(ids["n6"])
     assert {"terra-case", "terra-case-0"} <= classes(ids["e_n6_n7"])
-    html = StaticGraph(graph)._repr_html_()
-    assert "Graphviz `dot` was not found" in html and "digraph TraceGraph" in html
+    bundle = StaticGraph(graph)._repr_mimebundle_()
+    assert "Graphviz `dot` was not found" in bundle["image/svg+xml"]  # said in the picture
+    assert "image/png" not in bundle  # only Graphviz draws the PNG
 
 
 def test_payload_carries_elements_groups_and_source_lines(graph, tmp_path, monkeypatch):
@@ -97,10 +97,10 @@ def test_payload_carries_elements_groups_and_source_lines(graph, tmp_path, monke
 
 
 @needs_dot
-def test_static_graph_html_embeds_the_svg(graph):
-    html = StaticGraph(graph, current=[0, 2])._repr_html_()
-    assert html.startswith('<div class="terra-static terra-static-graph"')
-    assert "<svg" in html
+def test_static_graph_is_svg_and_png(graph):
+    bundle = StaticGraph(graph, current=[0, 2])._repr_mimebundle_()
+    html = bundle["image/svg+xml"]
+    assert html.startswith("<svg") and bundle["image/png"].startswith(b"\x89PNG")
     assert 'id="cluster_8"' in html and 'id="n11"' in html  # the small loop stays open
     assert 'class="node terra&#45;chain terra&#45;collapsed terra&#45;current' in html
 

@@ -36,8 +36,8 @@ def test_dashboard_follows_a_traced_loop():
     assert 'data-iterations="6"' in dash.timeline_svg
     svg = dash.svg.replace("&#45;", "-")  # Graphviz escapes the hyphens of class names
     assert "terra-case" in svg and "terra-fetch" in svg
-    html = StaticGraph(terra.graph)._repr_html_().replace("&#45;", "-")
-    assert 'class="cluster terra-loop"' in html
+    svg = StaticGraph(terra.graph)._repr_mimebundle_()["image/svg+xml"].replace("&#45;", "-")
+    assert 'class="cluster terra-loop"' in svg
 
 
 def test_dashboard_follows_a_co_executed_loop():

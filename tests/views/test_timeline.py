@@ -74,8 +74,8 @@ def test_chrome_trace_has_both_lanes_and_moments():
     assert all(e["ts"] >= 0 for e in trace["traceEvents"] if "ts" in e)
 
 
-def test_static_timeline_html():
+def test_static_timeline_pictures():
     spans, stats = make_spans_and_stats(4)
-    html = StaticTimeline(spans, stats, window=3)._repr_html_()
-    assert "last 3 iterations" in html and 'data-iterations="3"' in html
-    assert "terra-summary-svg" in html
+    bundle = StaticTimeline(spans, stats, window=3)._repr_mimebundle_()
+    assert 'data-caption="iterations #1–#3 (the last 3 of 4)"' in bundle["image/svg+xml"]
+    assert bundle["image/png"].startswith(b"\x89PNG") and "text/html" not in bundle

@@ -16,6 +16,7 @@ from terra_nb.views import Dashboard, GraphView, TimelineView  # noqa: E402
 from terra_nb.views.dashboard import compose_esm  # noqa: E402
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+PNG_MAGIC = b"\x89PNG"
 
 
 def test_graph_view_traits(graph):
@@ -36,13 +37,17 @@ def test_toggling_a_chain_lays_the_graph_out_again(graph):
     assert json.loads(view.graph_json)["groups"]["c2"]["collapsed"] is False
 
 
-def test_graph_view_mimebundle_has_a_static_html_fallback(graph):
+@pytest.mark.usefixtures("needs_dot")
+def test_graph_view_mimebundle_has_static_pictures(graph):
+    """SVG and PNG, never HTML: a saved notebook reopened untrusted sanitises HTML (inline SVG
+    is stripped) and shows no SVG output, but it shows a PNG."""
     view = GraphView(graph)
     view.current = [0, 2]
     data, _ = view._repr_mimebundle_()
-    assert WIDGET_MIME in data
-    assert data["text/html"].startswith('<div class="terra-static terra-static-graph"')
-    assert "terra&#45;current" in data["text/html"]
+    assert WIDGET_MIME in data and "text/html" not in data
+    assert data["image/svg+xml"].startswith("<svg") and "terra&#45;current" in data["image/svg+xml"]
+    assert data["image/png"].startswith(PNG_MAGIC)
+    assert "hexagon: branch point" in data["image/svg+xml"]  # the legend is in the picture
 
 
 def test_timeline_view_traits_and_chrome_trace_message():
@@ -56,7 +61,8 @@ def test_timeline_view_traits_and_chrome_trace_message():
     assert sent[0]["type"] == "chrome_trace"
     assert len(json.loads(sent[0]["json"])["traceEvents"]) == 2 + len(spans)
     data, _ = view._repr_mimebundle_()
-    assert WIDGET_MIME in data and "terra-timeline-svg" in data["text/html"]
+    assert WIDGET_MIME in data and "text/html" not in data
+    assert "terra-timeline-svg" in data["image/svg+xml"] and data["image/png"].startswith(PNG_MAGIC)
 
 
 class FakeTerra:
@@ -102,7 +108,7 @@ def test_dashboard_flush_and_finish_catch_up():
     assert counters["iteration"] == 11 and counters["status"] == "finished"
     assert 'data-iterations="12"' in dash.timeline_svg
     data, _ = dash._repr_mimebundle_()
-    assert "terra-counters" in data["text/html"] and "terra-static-graph" in data["text/html"]
+    assert "text/html" not in data and data["image/png"].startswith(PNG_MAGIC)
     dash.close()
 
 
@@ -141,4 +147,4 @@ def test_widgets_need_anywidget_with_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "anywidget", None)
     with pytest.raises(ImportError, match=r"pip install terra-nb\[views\]"):
         views._widget_module("GraphView")
-    assert views.StaticGraph(make_graph())._repr_html_().startswith("<div")
+    assert views.StaticGraph(make_graph())._repr_mimebundle_()["image/svg+xml"].startswith("<svg")
