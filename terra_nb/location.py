@@ -261,6 +261,10 @@ class LocationTable:
             both = [r for r in self._loops_at(a, k) if r[0] <= b[k][1] <= r[1]]
             if both:
                 return self._site(a, k, both[-1])
+        elif 0 < k < len(a) and k < len(b) and not self._is_user(a[k - 1][0]):
+            # One library instruction called other functions: a loop in the library or in C (the
+            # gradient functions ``tape.gradient`` calls one after another), not a user loop.
+            return None
         for j in range(min(k, len(a), len(b)) - 1, -1, -1):
             around = self._loops_at(b, j)
             if around:

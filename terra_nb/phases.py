@@ -18,6 +18,7 @@ from .merge import GraphBuilder
 from .program import Program, build_program
 from .python_runner import PythonRunner, SignatureIndex
 from .recorder import TraceRecorder
+from .signature import op_type_of
 from .structure import ProgramError
 from .timeline import RunnerSpan
 
@@ -48,6 +49,7 @@ class IterationResult:
     stalls: list[RunnerSpan] = field(default_factory=list)
     fallback: tuple[str, str, str] | None = None  # (reason, op type, location + source line)
     path: tuple[int, ...] = ()  # TraceGraph nodes this iteration went through, in order
+    not_ready: tuple[str, str, str] | None = None  # covered, yet still tracing: why (as fallback)
 
 
 class EagerEngine:
@@ -98,14 +100,22 @@ def _path(learned: Learned) -> tuple[int, ...]:
     return tuple(mapping[i] for i in sorted(mapping))
 
 
-def _merge(learned: Learned, trace, signatures) -> tuple[bool, bool]:
-    """Merge a traced iteration: whether the TraceGraph covered it, and whether the signature
-    index knew every call of it (what co-execution needs: a loop running a trip count it never
-    ran before grows the TraceGraph, yet every call is known)."""
-    known = learned.index.knows(signatures)
+def _merge(learned: Learned, trace, signatures) -> tuple[bool, tuple | None]:
+    """Merge a traced iteration: whether the TraceGraph covered it, and the first call of it the
+    signature index did not know (None: every call known, what co-execution needs; a loop
+    running a trip count it never ran before grows the TraceGraph, yet every call is known)."""
+    unknown = learned.index.unknown(signatures)
     covered = learned.builder.merge(trace)
     learned.index.learn(trace, signatures, learned.builder.last_mapping)
-    return covered, known
+    return covered, unknown
+
+
+def _still_tracing(learned: Learned, sig: tuple) -> tuple[str, str, str]:
+    """Why a covered iteration did not make the loop ready: (reason, op type, location)."""
+    reason = learned.index.why_unknown(sig)
+    location = learned.locations.locations[sig[1]].text
+    return f"still tracing: a covered iteration made a call not seen before ({reason})", \
+        op_type_of(sig[0]), location
 
 
 class CoexecEngine:
@@ -211,12 +221,14 @@ class CoexecEngine:
             self._count_one_off()
             return IterationResult("coexec", runner.ops, runner.feeds, runner.fetches, True, stalls,
                                    path=tuple(runner.path))
-        covered, known = _merge(self.learned, trace, runner.log.signatures)
+        covered, unknown = _merge(self.learned, trace, runner.log.signatures)
         fell_back = runner.divergence is not None
-        self.ready = known or fell_back and self.ready
+        self.ready = unknown is None or fell_back and self.ready
         result = IterationResult("fallback" if fell_back else "tracing", len(trace.ops),
                                  trace.feeds, trace.fetches, covered, stalls, runner.divergence,
                                  _path(self.learned))
+        if covered and not self.ready and not fell_back and not self.gave_up:
+            result.not_ready = _still_tracing(self.learned, unknown)
         if fell_back:
             self._count_fallback()
         return result

@@ -42,6 +42,7 @@ from .runners import GraphRunner, WorkItem
 from .shapes import UNKNOWN, infer_outputs, input_specs, value_shaped
 from .signature import (
     FAST_FALLBACK,
+    ITERATOR_OPS,
     RUN_FOR_REAL,
     Entry,
     SignatureIndex,
@@ -56,13 +57,6 @@ from .wiring import SHAPE_OPS
 
 _EAGER = ops.EagerTensor
 _RESOURCE_ENUM = dtypes.resource.as_datatype_enum
-# Iterators: Python must see their real outputs, since their end (OutOfRange) must surface where it
-# happens. (Ops whose output shapes depend on input values run for real too: ``value_shaped``.)
-ITERATOR_OPS = frozenset(
-    {"IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional", "OptionalGetValue"}
-)
-
-
 _FINALISER_OPS = frozenset({"DestroyResourceOp"})  # run by ``__del__``, where errors are lost
 
 
@@ -212,6 +206,8 @@ class PythonRunner:
         inputs = args if attrs is not None else args[: info.n_inputs]
         flat = _flat(inputs)
         placeholders, resources = _scan(flat)
+        if op_type in ITERATOR_OPS:  # the input pipeline: no graph work touches an iterator
+            return self._trace_op(run, op_name, args, attrs, loc)
         if not placeholders and not resources and not info.stateful:
             if self._whole_on:
                 entry = self._program_entry(op_name, args, attrs, loc)
@@ -220,7 +216,7 @@ class PythonRunner:
             return self._trace_op(run, op_name, args, attrs, loc)  # pure, on real values
         if op_type in SHAPE_RULES and not resources:
             return self._fold(op_type, op_name, args, attrs, flat, loc)
-        host = op_type in ITERATOR_OPS or not info.known or (info.stateful and not resources)
+        host = not info.known or (info.stateful and not resources)
         if host or resources and self._reads_resizable_variable(flat):
             return self._run_for_real(run, op_name, args, attrs, loc)
         sig = call_signature(op_name, args, attrs, loc)
@@ -236,8 +232,8 @@ class PythonRunner:
         return self._answer(run, entry, op_name, args, attrs, flat, loc)
 
     def _run_for_real(self, run, op_name, args, attrs, loc: int):
-        """Run an op whose real outputs Python must see (an iterator; output shapes that depend
-        on input values), once the graph has caught up."""
+        """Run an op whose real outputs Python must see (a function call, a stateful op without
+        a variable, output shapes that depend on input values), once the graph has caught up."""
         if self._whole_on:  # the program cannot hand over its state mid-iteration
             self._leave_program("an op Python must run for real", op_type_of(op_name),
                                 self._where(loc))

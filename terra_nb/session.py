@@ -241,6 +241,8 @@ class Terra:
         self._take_graph_spans(python)
         if result.fallback is not None:
             self._fallbacks.append(Fallback(index, *result.fallback))
+        elif result.not_ready is not None:
+            self._fallbacks.append(Fallback(index, *result.not_ready))
         self.last_path = result.path
         stats = IterationStats(
             iteration=index, phase=result.phase, t_start=self._t_start, t_end=t_end,
@@ -262,7 +264,8 @@ class Terra:
     # -- results ----------------------------------------------------------------------------
 
     def explain(self) -> tuple[Fallback, ...]:
-        """Every fallback so far: iteration, reason, op and user source line."""
+        """Every fallback so far, and every covered iteration that still traced: iteration,
+        reason, op and user source line."""
         return tuple(self._fallbacks)
 
     @property

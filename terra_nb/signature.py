@@ -32,6 +32,14 @@ _INDEX_ATTRS = {
 }
 _SHAPE_INPUTS = {"RandomUniform": (0,), "RandomStandardNormal": (0,), "TruncatedNormal": (0,),
                  "RandomUniformInt": (0,), "ScatterNd": (2,)}
+# The input pipeline's iterator ops: Python runs them for real, where they happen (an iterator's
+# end, OutOfRange, surfaces there), without waiting for the graph, which never touches an iterator.
+# A new iterator each epoch is no new call: their signatures are never looked up.
+ITERATOR_OPS = frozenset({
+    "AnonymousIterator", "AnonymousIteratorV2", "AnonymousIteratorV3", "IteratorV2",
+    "MakeIterator", "DeleteIterator", "IteratorGetNext", "IteratorGetNextSync",
+    "IteratorGetNextAsOptional", "OptionalGetValue", "OptionalHasValue", "OptionalNone",
+})
 MAX_VALUES = 16  # a shape-defining input of at most this many values is part of a signature
 
 
@@ -182,11 +190,18 @@ class SignatureIndex:
         # alike, with output shapes from shape inference)
         self._siblings: dict[tuple, Entry | str] = {}
 
-    def knows(self, signatures) -> bool:
-        """Whether every call of a traced iteration (its (signature, fast-path signature) pairs)
-        is known, or has a sibling: co-executing that iteration again would answer every op."""
-        return all(self._knows(sig) and (fast is None or self._knows(fast))
-                   for sig, fast in signatures)
+    def unknown(self, signatures) -> tuple | None:
+        """The first call of a traced iteration (its (signature, fast-path signature) pairs) that
+        is not known and has no sibling; None when co-executing that iteration again would answer
+        every op (iterator ops need no answer: they run for real)."""
+        for sig, fast in signatures:
+            if op_type_of(sig[0]) in ITERATOR_OPS:
+                continue
+            if not self._knows(sig):
+                return sig
+            if fast is not None and not self._knows(fast):
+                return fast
+        return None
 
     def _knows(self, sig: tuple) -> bool:
         return sig in self.entries or site_key(sig) in self._siblings

@@ -10,6 +10,7 @@ from typing import Any
 
 from tensorflow.python.framework import op_def_registry
 
+from .signature import ITERATOR_OPS
 from .structure import Block, CaseItem, LoopItem, ProgramError, op_nodes
 from .trace import Source
 from .tracegraph import TraceGraph, TraceNode
@@ -27,7 +28,8 @@ SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 
 def python_side(graph: TraceGraph) -> frozenset[int]:
     """Op nodes Python computes itself in co-execution, so the program leaves them out: shape
-    ops (folded from static shapes) and pure ops whose inputs are all fed or Python-side."""
+    ops (folded from static shapes), the input pipeline's iterator ops (run for real), and pure
+    ops whose inputs are all fed or Python-side."""
     out: set[int] = set()
 
     def walk(parent: int) -> None:
@@ -42,7 +44,7 @@ def python_side(graph: TraceGraph) -> frozenset[int]:
 
 
 def _computed_by_python(node: TraceNode, python: set[int]) -> bool:
-    if node.op_type in SHAPE_OPS:
+    if node.op_type in SHAPE_OPS or node.op_type in ITERATOR_OPS:
         return True
     op_def = op_def_registry.get(node.op_type)
     if op_def is None or op_def.is_stateful:
