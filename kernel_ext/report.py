@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import terra_nb
+from terra_nb.runners import GraphRunner
+
+MAX_COMPILED = GraphRunner.max_compiled
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +47,8 @@ class Status:
             f"covered     {covered}",
             f"fallbacks   {self.fallbacks}",
             f"TraceGraph  {self.nodes} nodes",
-            f"segments    {self.programs} compiled, {self.runs_op_by_op} runs op by op",
+            f"segments    {self.programs} compiled (the {MAX_COMPILED} most recent kept), "
+            f"{self.runs_op_by_op} runs op by op",
         ]
         if self.whole_program:
             lines.append(f"program     {self.whole_program}")

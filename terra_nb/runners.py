@@ -16,6 +16,7 @@ import queue
 import re
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 import tensorflow as tf
@@ -58,6 +59,8 @@ class WorkItem:
 class GraphRunner:
     """Executes work items in submission order on a background thread."""
 
+    max_compiled = 256  # compiled segments kept
+
     def __init__(self, handles: dict[int, Any], *, xla: bool = False, max_ahead: int = 8,
                  compile_after: int = 2, describe=lambda node: "") -> None:
         """``describe(node)`` names a TraceGraph node's source line for error messages."""
@@ -73,8 +76,10 @@ class GraphRunner:
         self.error: BaseException | None = None  # the last failure
         self.generation = 0  # bumped when Python is told of a failure
         self._failed_generation = -1
-        self._cache: dict[tuple, Any] = {}
-        self._segments: list[Segment] = []
+        # Compiled functions (or segments TensorFlow cannot compile), least recently used first:
+        # a loop whose paths never repeat would otherwise keep every one of them.
+        self._cache: OrderedDict[tuple, Any] = OrderedDict()
+        self._segments: dict[tuple, Segment] = {}
         self._queue: queue.Queue = queue.Queue(maxsize=max_ahead)
         self._thread = threading.Thread(target=self._run, name="terra-graph-runner", daemon=True)
         self._thread.start()
@@ -151,7 +156,7 @@ class GraphRunner:
     @property
     def programs(self) -> tuple[Segment, ...]:
         """The segments compiled so far (the generated program, inspectable)."""
-        return tuple(self._segments)
+        return tuple(self._segments.values())
 
     # -- the thread -------------------------------------------------------------------------
 
@@ -194,6 +199,11 @@ class GraphRunner:
         function = self._cache.get(item.key)
         if function is None:
             function = self._cache[item.key] = self._compile(item)
+            if len(self._cache) > self.max_compiled:
+                dropped, _ = self._cache.popitem(last=False)
+                self._segments.pop(dropped, None)
+        else:
+            self._cache.move_to_end(item.key)
         if isinstance(function, Segment):  # it cannot be compiled: its ops run one by one
             self._run_op_by_op(item, function)
             return
@@ -217,7 +227,7 @@ class GraphRunner:
             if not interpretable(segment):
                 raise
             return segment
-        self._segments.append(segment)
+        self._segments[item.key] = segment
         return function
 
     @staticmethod

@@ -230,3 +230,20 @@ def test_calls_answered_by_shape_inference_are_kept_in_bounded_number(monkeypatc
     assert [s.phase for s in terra.stats][2:] == ["coexec"] * 28
     index = terra.learned.index
     assert len(index.entries) < 20, len(index.entries)  # 28 new indices, 5 kept
+
+
+def test_the_compiled_cache_keeps_only_the_most_recent_segments(monkeypatch):
+    """A loop whose path is new every iteration does not keep every compiled segment."""
+    from terra_nb.runners import GraphRunner
+
+    monkeypatch.setattr(GraphRunner, "max_compiled", 2)
+    v = tf.Variable([1.0, 2.0, 3.0, 4.0])
+    plain, co = [], []
+    for n in [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4]:
+        plain.append(float(tf.reduce_sum(v[:n] * 2.0)))
+    with Terra(compile_after=1) as terra:
+        for n in terra.loop([1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4]):
+            co.append(float(tf.reduce_sum(v[:n] * 2.0)))
+    assert co == plain
+    assert "coexec" in [s.phase for s in terra.stats]
+    assert 0 < len(terra.programs) <= 2
