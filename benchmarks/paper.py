@@ -38,8 +38,8 @@ sys.path.insert(0, str(HERE))
 from paper_report import MODES, summarise, tables  # noqa: E402
 from programs import NAMES  # noqa: E402  (no TensorFlow in this process)
 
-QUICK = {"warmup": 8, "iterations": 6, "repeats": 2}
-FULL = {"warmup": 10, "iterations": 20, "repeats": 3}
+QUICK = {"warmup": 6, "iterations": 6, "repeats": 2, "xla_rounds": 1}
+FULL = {"warmup": 10, "iterations": 20, "repeats": 3, "xla_rounds": 3}
 
 
 def progress(text: str) -> None:
@@ -52,14 +52,15 @@ def _lines(stream, sink: queue.Queue) -> None:
     sink.put(None)
 
 
-def _child(name: str, modes: list[str], rounds: int, args, log) -> subprocess.Popen:
+def _child(name: str, modes: list[str], once: list[str], rounds: int, args,
+           log) -> subprocess.Popen:
     env = dict(os.environ)
     root = str(HERE.parent)  # this checkout's terra_nb, whatever is installed
     env["PYTHONPATH"] = os.pathsep.join([root, str(HERE)] + [env.get("PYTHONPATH", "")]).rstrip(
         os.pathsep)
     command = [sys.executable, str(HERE / "paper_measure.py"), name, "--modes", ",".join(modes),
                "--rounds", str(rounds), "--warmup", str(args.warmup),
-               "--iterations", str(args.iterations)]
+               "--iterations", str(args.iterations), "--once", ",".join(once)]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
 
 
@@ -75,9 +76,13 @@ def measure_program(name: str, args, label: str) -> tuple[dict[str, list[dict]],
     runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
     info: dict = {}
     pending, done = list(MODES), 0
+    # coexec_xla compiles for long: --quick measures it in one round
+    once = ["coexec_xla"] if args.xla_rounds < args.repeats else []
     while pending and done < args.repeats:
+        modes = [m for m in pending if m not in once or not runs[m]]
         with tempfile.TemporaryFile("w+") as log:
-            child = _child(name, pending, args.repeats - done, args, log)
+            child = _child(name, modes, [m for m in once if m in modes], args.repeats - done,
+                           args, log)
             lines: queue.Queue = queue.Queue()
             threading.Thread(target=_lines, args=(child.stdout, lines), daemon=True).start()
             before = sum(map(len, runs.values()))
@@ -91,7 +96,8 @@ def measure_program(name: str, args, label: str) -> tuple[dict[str, list[dict]],
                 runs[mode].append({"mode": mode, "error": why if "died" not in why
                                    else f"{why}: {_tail(log)}"})
                 pending.remove(mode)
-        done = min(len(runs[m]) for m in pending) if pending else args.repeats
+        regular = [m for m in pending if m not in once]
+        done = min(len(runs[m]) for m in regular) if regular else args.repeats
     return runs, info
 
 
@@ -143,6 +149,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, help="iterations before timing")
     parser.add_argument("--iterations", type=int, help="timed iterations")
     parser.add_argument("--repeats", type=int, help="alternating rounds; medians shown")
+    parser.add_argument("--xla-rounds", type=int, dest="xla_rounds",
+                        help="rounds measuring coexec_xla: 1 or all (--repeats)")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds without a result after which a mode counts as hung")
     args = parser.parse_args(argv)
@@ -168,6 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
         programs.append(summarise(name, runs, info.get("why")))
     meta = {"command": "python benchmarks/paper.py " + " ".join(argv or sys.argv[1:]),
             "warmup": args.warmup, "iterations": args.iterations, "repeats": args.repeats,
+            "xla_rounds": min(args.xla_rounds, args.repeats),
             "cpus": os.cpu_count(), "seconds": round(time.perf_counter() - started, 1)}
     document = {"programs": programs, "meta": meta}
     print(tables(document))

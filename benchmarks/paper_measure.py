@@ -35,14 +35,24 @@ from programs.common import step, weights  # noqa: E402
 from terra_nb import Terra  # noqa: E402
 
 TERRA_OPTIONS = {"lazy": {"mode": "lazy"}, "coexec": {}, "coexec_xla": {"xla": True}}
-# Equal to eager: CPU kernels are not bit-reproducible from run to run (eager against eager
-# differs by ~1e-7 on faster_rcnn), and graphs may fuse ops; a real divergence is far larger.
-RTOL, ATOL = 1e-4, 1e-5
+# Equal to eager "within float tolerance": CPU kernels are not bit-reproducible from run to run
+# (eager against eager differs by ~1e-7 on faster_rcnn), compiled graphs may order sums
+# differently, and Adam turns a rounding difference in a near-zero gradient into up to one
+# learning rate step (bert_qa: 2e-5 on one LayerNorm beta). A frozen schedule, a random choice
+# or a batch used twice moves weights by 1e-2 and more. Every report shows the largest difference.
+RTOL, ATOL = 1e-3, 1e-4
 
 
 def _error_text(error: BaseException) -> str:
-    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return f"{type(error).__name__}: {first}"[:300]
+    """The type and the telling line of an error (AutoGraph's "in user code:" errors say what
+    went wrong on their last line)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    text = lines[-1] if lines[0].startswith("in user code") else lines[0]
+    if not text.startswith(type(error).__name__):
+        text = f"{type(error).__name__}: {text}"
+    return text[:300]
 
 
 def run_eager(program: ModuleType, state, warmup: int, n: int) -> dict:
@@ -126,13 +136,17 @@ def emit(kind: str, record: dict) -> None:
     print(f"PAPER-{kind} {json.dumps(record)}", flush=True)
 
 
-def run(name: str, modes: list[str], rounds: int, warmup: int, n: int, seed: int = 0) -> None:
-    """Measure ``modes`` of program ``name`` for ``rounds`` alternating rounds."""
+def run(name: str, modes: list[str], rounds: int, warmup: int, n: int, seed: int = 0,
+        once: tuple[str, ...] = ()) -> None:
+    """Measure ``modes`` of program ``name`` for ``rounds`` alternating rounds (the modes in
+    ``once`` in the first round only)."""
     program = load(name)
     emit("INFO", {"why": program.FUNCTION_WHY})
     reference = None
     for round_ in range(rounds):
         for mode in modes:
+            if round_ and mode in once:
+                continue
             emit("START", {"mode": mode, "round": round_})
             t0 = time.perf_counter()
             result, final = measure(program, mode, warmup, n, seed)
@@ -152,12 +166,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--once", default="", help="modes measured in the first round only")
     args = parser.parse_args(argv)
     modes = args.modes.split(",")
     unknown = set(modes) - set(MODES)
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}; choose from {', '.join(MODES)}")
-    run(args.name, modes, args.rounds, args.warmup, args.iterations, args.seed)
+    once = tuple(m for m in args.once.split(",") if m)
+    run(args.name, modes, args.rounds, args.warmup, args.iterations, args.seed, once)
 
 
 if __name__ == "__main__":

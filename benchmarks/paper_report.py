@@ -96,9 +96,15 @@ def _ms(detail: dict) -> str:
     return " / ".join(f"{ms[k]:.0f}" for k in KEYS) if ms else "-"
 
 
+def _diffs(details: dict) -> str:
+    values = [details[m].get("max_abs_diff") for m in ("lazy", "coexec", "coexec_xla")]
+    return " / ".join("-" if v is None else f"{v:.1g}" for v in values)
+
+
 def terra_table(programs: list[dict]) -> list[str]:
     lines = ["| program | coexec ms/it: py exec / py stall / graph exec / graph stall | lazy ms/it "
-             "| tracing its | fallbacks | coexec its (timed) | regions |", "|---" * 7 + "|"]
+             "| tracing its | fallbacks | coexec its (timed) | regions | max abs diff to eager: "
+             "lazy / coexec / coexec_xla |", "|---" * 8 + "|"]
     for p in programs:
         d = p["details"]["coexec"]
         phases, steady = d.get("phases", {}), d.get("steady_phases", {})
@@ -107,7 +113,7 @@ def terra_table(programs: list[dict]) -> list[str]:
         lines.append(
             f"| {p['name']} | {_ms(d)} | {_ms(p['details']['lazy'])} "
             f"| {phases.get('tracing', '-')} | {d.get('fallbacks', '-')} "
-            f"| {steady.get('coexec', '-')} | {regions} |")
+            f"| {steady.get('coexec', '-')} | {regions} | {_diffs(p['details'])} |")
     return lines
 
 
@@ -161,8 +167,9 @@ def tables(document: dict) -> str:
     """The Markdown report of a harness run."""
     programs, meta = document["programs"], document.get("meta", {})
     head = (f"Iterations/s after {meta.get('warmup')} warm-up iterations, median of "
-            f"{meta.get('repeats')} rounds of {meta.get('iterations')} (± half the spread), "
-            f"ratio to eager in brackets; {meta.get('cpus')} CPUs.")
+            f"{meta.get('repeats')} rounds of {meta.get('iterations')} (coexec_xla: "
+            f"{meta.get('xla_rounds')}; ± half the spread), ratio to eager in brackets; "
+            f"{meta.get('cpus')} CPUs; `{meta.get('command')}`.")
     parts = [head, "", *throughput_table(programs), "",
              "Terra: runner breakdown of the timed iterations (paper Figure 6), what ran", "",
              *terra_table(programs), "", "tf.function coverage (paper Table 1)", "",
