@@ -38,7 +38,7 @@ def make(seed: int) -> State:
     """The model, SGD with momentum, and 64 images whose class sets their colour."""
     state = new_state(seed)
     state.models = [_model()]
-    state.optimizers = [keras.optimizers.SGD(0.05, momentum=0.9)]
+    state.optimizers = [keras.optimizers.SGD(0.01, momentum=0.9)]
     labels = state.rng.integers(0, CLASSES, 64)
     colour = np.eye(CLASSES, 3, dtype="float32")[labels][:, None, None, :]
     noise = state.rng.normal(size=(64, SIDE, SIDE, 3)).astype("float32")
