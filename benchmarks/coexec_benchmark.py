@@ -181,11 +181,17 @@ def time_terra(body, data, warmup, n, mode, program="segments"):
                 clock.start()
             body(item)
     rate, cpu = clock.stop(n)
-    steady = terra.stats[warmup:]
-    ms = {key: 1e3 * sum(getattr(s, key) for s in steady) / len(steady)
-          for key in ("python_exec", "python_stall", "graph_exec", "graph_stall")}
-    phases = {p: sum(s.phase == p for s in steady) for p in ("coexec", "fallback", "tracing")}
+    ms, phases = breakdown(terra.stats[warmup:])
     return rate, cpu, ms, phases
+
+
+def breakdown(stats) -> tuple[dict[str, float], dict[str, int]]:
+    """Over ``stats`` (Terra's IterationStats): the mean ms per iteration of PythonRunner and
+    GraphRunner exec and stall (paper Figure 6), and how many iterations were in each phase."""
+    ms = {key: 1e3 * sum(getattr(s, key) for s in stats) / max(1, len(stats))
+          for key in ("python_exec", "python_stall", "graph_exec", "graph_stall")}
+    phases = {p: sum(s.phase == p for s in stats) for p in ("coexec", "fallback", "tracing")}
+    return ms, phases
 
 
 MODES = ("eager", "tf.function", "lazy", "coexec")
