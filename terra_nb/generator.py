@@ -233,5 +233,8 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
         return [env[p][k] for p, k in segment.returns] + [env[p][0] for p in _unread(segment)]
 
     specs = [tf.TensorSpec(shape, dtype) for dtype, shape in segment.args]
+    # XLA gives other values than eager for stateless random ops (it picks another algorithm):
+    # a segment holding one runs without XLA.
+    xla = xla and not any(op.op_type.startswith("Stateless") for op in segment.ops)
     function = tf.function(body, autograph=False, jit_compile=xla or None, reduce_retracing=False)
     return function.get_concrete_function(*specs)

@@ -209,7 +209,16 @@ class GraphRunner:
             return
         specs = function.structured_input_signature[0]
         args = [real_argument(a, spec.dtype) for a, spec in zip(item.args, specs)]
-        self._deliver_values(item, function._call_flat(args, function.captured_inputs))
+        try:
+            values = function._call_flat(args, function.captured_inputs)
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
+            if not _xla_refused(error):
+                raise
+            # XLA has no kernel for an op of it: nothing ran; run it compiled without XLA
+            segment = make_segment(item.key, item.entries)
+            function = self._cache[item.key] = compile_segment(segment, self.handles, False)
+            values = function._call_flat(args, function.captured_inputs)
+        self._deliver_values(item, values)
 
     def _run_op_by_op(self, item: WorkItem, segment: Segment) -> None:
         self.interpreted += 1
@@ -239,6 +248,12 @@ class GraphRunner:
                     f"(node {placeholder.node}); the op's output shape depends on input values"
                 )
             placeholder.value = value
+
+
+def _xla_refused(error: BaseException) -> bool:
+    """Whether XLA refused to compile a segment (an op it has no kernel for): nothing ran."""
+    text = str(error)
+    return "XLA" in text and ("unsupported operations" in text or "No registered" in text)
 
 
 def real_argument(value: Any, dtype: str):
