@@ -33,6 +33,7 @@ class SegmentOp:
     # ("op", position, output) | ("arg", index, 0) | ("var", handle key, 0)
     inputs: tuple[tuple[str, int, int], ...]
     n_outputs: int
+    device: str = ""  # the device scope Python issued it in ("": the default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +58,12 @@ def make_segment(key: tuple, entries: list) -> Segment:
     ops_key, returns = key
     specs: dict[int, tuple] = {}
     ops = []
-    for (_, wiring), entry in zip(ops_key, entries):
+    for (_, wiring, device), entry in zip(ops_key, entries):
         for i, (kind, a, _) in enumerate(wiring):
             if kind == "arg" and a not in specs:
                 specs[a] = entry.inputs[i]
-        ops.append(SegmentOp(entry.node, entry.op_type, entry.attrs, wiring, len(entry.outputs)))
+        ops.append(SegmentOp(entry.node, entry.op_type, entry.attrs, wiring, len(entry.outputs),
+                             device))
     args = tuple(specs[a] for a in range(len(specs)))
     return Segment(tuple(ops), args, returns)
 
@@ -157,6 +159,11 @@ def _has_function_attr(op: SegmentOp) -> bool:
     return op_def is None or any(a.type in ("func", "list(func)") for a in op_def.attr)
 
 
+def _on(device: str):
+    """The device scope an op was issued in (as ``tf.device`` in the user's code)."""
+    return tf.device(device) if device else contextlib.nullcontext()
+
+
 def run_segment(segment: Segment, args: list, handles: dict[int, Any]) -> list:
     """Run ``segment``'s ops eagerly, one by one, in the order Python issued them (so a failing op
     stops every later one, as in eager); returns the values the segment returns. The caller
@@ -165,8 +172,9 @@ def run_segment(segment: Segment, args: list, handles: dict[int, Any]) -> list:
     env: list[list] = []
     for op in segment.ops:
         attrs = eager_attrs(op.op_type, op.attrs)
-        outputs = execute.execute(op.op_type, op.n_outputs, _inputs(op, env, args, handles), attrs,
-                                  ctx)
+        with _on(op.device):
+            outputs = execute.execute(op.op_type, op.n_outputs, _inputs(op, env, args, handles),
+                                      attrs, ctx)
         env.append(outputs or [])
     return [env[p][k] for p, k in segment.returns]
 
@@ -218,7 +226,8 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
             # it succeeded (tf.function itself orders only side-effecting ops among themselves).
             effect = has_side_effect(op.op_type)
             before = len(graph.get_operations())
-            with tf.control_dependencies(since_effect) if effect else contextlib.nullcontext():
+            with tf.control_dependencies(since_effect) if effect else contextlib.nullcontext(), \
+                    _on(op.device):
                 outputs = lower(op, inputs)
             built = graph.get_operations()[before:]
             if effect:

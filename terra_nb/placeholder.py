@@ -29,7 +29,8 @@ class Materialiser(Protocol):
 class Placeholder(tensor_lib.Tensor, types_core.Value):
     """An op output that the GraphRunner has not computed (or handed over) yet."""
 
-    def __init__(self, spec: tuple, producer: Materialiser, node: int, output: int) -> None:
+    def __init__(self, spec: tuple, producer: Materialiser, node: int, output: int,
+                 device: str = "") -> None:
         """``spec``: (tf.DType, TensorShape, call-signature form), made once per TraceGraph
         output; the PythonRunner creates one placeholder per answered op output."""
         self._id = ops.uid()
@@ -37,6 +38,7 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
         self._producer = producer
         self.node = node
         self.output = output
+        self._device = device  # where its op runs: the user's tf.device scope ("": default)
         self.value = None  # the real EagerTensor, once known
         self.item = None  # the GraphRunner work item that computes it, once flushed
         self._taped = False
@@ -55,6 +57,10 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
 
     @property
     def device(self) -> str:
+        # Where its op ran: a compiled segment hands its values back on the caller's device (as
+        # tf.function does), which would not say where a scoped op ran.
+        if self._device:
+            return self._device
         return self.value.device if self.value is not None else _DEVICE
 
     @property

@@ -416,7 +416,7 @@ class WholeProgram:
         """Run issued ops eagerly, one by one; the values of outputs ``returns``."""
         if not records:
             return []
-        ops_key = tuple((entry.uid, wiring) for entry, wiring, _ in records)
+        ops_key = tuple((entry.uid, wiring, "") for entry, wiring, _ in records)
         segment = make_segment((ops_key, tuple(returns)), [r[0] for r in records])
         args = [real_argument(a, dtype) for a, (dtype, _) in zip(args, segment.args)]
         with capture.bypass(), record.stop_recording():

@@ -23,7 +23,7 @@ import weakref
 from typing import Any
 
 import numpy as np
-from tensorflow.python.eager import execute, record
+from tensorflow.python.eager import context, execute, record
 from tensorflow.python.eager.core import _FallbackException
 from tensorflow.python.framework import constant_op, dtypes, ops
 from tensorflow.python.ops import resource_variable_ops
@@ -100,7 +100,8 @@ class PythonRunner:
         self.ops = 0
         self._stall_spans: list[RunnerSpan] = []
         self.divergence: tuple[str, str, str] | None = None  # (reason, op type, location)
-        self._pending: list[tuple[Entry, list, list[Placeholder]]] = []
+        self._pending: list[tuple[Entry, list, list[Placeholder], str]] = []
+        self._context = context.context()
         self._kept: list[weakref.ref] = []  # placeholders whose values left the graph
         self._kept_limit = 4096
         self._resizable: dict[int, bool] = {}  # variable handle id -> shape not fully defined
@@ -310,7 +311,8 @@ class PythonRunner:
             if type(x) is np.ndarray:  # the graph reads it later: copy it now
                 flat = [x.copy() if type(x) is np.ndarray else x for x in flat]
                 break
-        outs = [Placeholder(spec, self, node, k) for k, spec in enumerate(entry.outputs)]
+        device = self._context.device_name or ""  # the user's tf.device scope, if any
+        outs = [Placeholder(spec, self, node, k, device) for k, spec in enumerate(entry.outputs)]
         if self._whole_on:
             prev = self.log.last_loc  # where a new trip begins tells paths apart
             boundary = None if prev is None else self.locations.boundary(prev, loc)
@@ -322,7 +324,7 @@ class PythonRunner:
                 return self._trace_op(run, op_name, args, attrs, loc)
             self._keep(outs)  # any of them may outlive the loop
         else:
-            self._pending.append((entry, flat, outs))
+            self._pending.append((entry, flat, outs, device))
         self.path.append(node)
         self.log.record(op_name, _light(args), attrs, [TensorRef(o) for o in outs], loc)
         if record.could_possibly_record():
@@ -432,7 +434,7 @@ class PythonRunner:
         Wiring: ("op", position, output) | ("arg", index, 0) | ("var", handle id, 0)."""
         ops_key, entries, args, produced, outs, fed = [], [], [], {}, [], 0
         arg_of: dict[int, int] = {}
-        for position, (entry, flat, op_outs) in enumerate(head):
+        for position, (entry, flat, op_outs, device) in enumerate(head):
             wiring = []
             for x in flat:
                 if type(x) is Placeholder and id(x) in produced:
@@ -451,7 +453,7 @@ class PythonRunner:
                     fed += 1
                     wiring.append(("arg", len(args), 0))
                     args.append(x)
-            ops_key.append((entry.uid, tuple(wiring)))
+            ops_key.append((entry.uid, tuple(wiring), device))
             entries.append(entry)
             for k, ph in enumerate(op_outs):
                 produced[id(ph)] = ("op", position, k)
@@ -501,7 +503,7 @@ class PythonRunner:
         self._stall_spans.append(RunnerSpan("python", kind, self.iteration, phase, now, now))
 
     def _position(self, placeholder: Placeholder) -> int:
-        for position, (_, _, outs) in enumerate(self._pending):
+        for position, (_, _, outs, _) in enumerate(self._pending):
             if any(o is placeholder for o in outs):
                 return position
         return len(self._pending) - 1
