@@ -164,3 +164,29 @@ def random_boxes(rng: np.random.Generator, n: int, low: float = 0.15,
     size = rng.uniform(low, high, size=(n, 2))
     corner = rng.uniform(0, 1 - size)
     return np.concatenate([corner, corner + size], axis=1).astype("float32")
+
+
+def class_images(state: State, count: int, side: int, classes: int) -> None:
+    """``count`` noisy images whose class sets their colour: ``state.images``, ``state.labels``."""
+    labels = state.rng.integers(0, classes, count)
+    colour = np.eye(classes, 3, dtype="float32")[labels][:, None, None, :]
+    state.images = state.rng.normal(size=(count, side, side, 3)).astype("float32") + colour
+    state.labels = labels.astype("int32")
+
+
+def random_batch(state: State, size: int) -> tuple:
+    """A random batch of ``state``'s images and labels."""
+    index = state.rng.integers(0, len(state.images), size)
+    return state.images[index], state.labels[index]
+
+
+def box_images(state: State, count: int, side: int, classes: int, max_boxes: int) -> None:
+    """``count`` images of 1 to ``max_boxes`` bright boxes on noise, the box's class setting its
+    colour: ``state.images``, ``state.boxes`` (unit coordinates), ``state.classes``."""
+    state.boxes = [random_boxes(state.rng, int(state.rng.integers(1, max_boxes + 1)))
+                   for _ in range(count)]
+    state.classes = [state.rng.integers(0, classes, len(b)) for b in state.boxes]
+    state.images = state.rng.normal(0, 0.3, (count, side, side, 3)).astype("float32")
+    for image, boxes, labels in zip(state.images, state.boxes, state.classes):
+        for (y1, x1, y2, x2), c in zip((boxes * side).astype(int), labels):
+            image[y1:y2, x1:x2, c] += 1.0

@@ -7,7 +7,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from .common import State, apply_gradients, conv_bn, new_state, sparse_ce
+from .common import (
+    State,
+    apply_gradients,
+    class_images,
+    conv_bn,
+    new_state,
+    random_batch,
+    sparse_ce,
+)
 
 FUNCTION_WHY = ("Python object mutation: the step counter and the scheduled keep probability "
                 "are read once, when the step is traced")
@@ -59,17 +67,13 @@ def make(seed: int) -> State:
     state = new_state(seed, step=0)
     state.models = [DropBlockNet()]
     state.optimizers = [keras.optimizers.Adam(1e-3)]
-    labels = state.rng.integers(0, CLASSES, 64)
-    colour = np.eye(CLASSES, 3, dtype="float32")[labels][:, None, None, :]
-    state.images = state.rng.normal(size=(64, SIDE, SIDE, 3)).astype("float32") + colour
-    state.labels = labels.astype("int32")
+    class_images(state, 64, SIDE, CLASSES)
     return state
 
 
 def batch(state: State, i: int) -> tuple:
     """A random batch of images and labels."""
-    index = state.rng.integers(0, len(state.images), BATCH)
-    return state.images[index], state.labels[index]
+    return random_batch(state, BATCH)
 
 
 def train_step(state: State, images, labels):

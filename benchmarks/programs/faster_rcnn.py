@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from .common import State, apply_gradients, conv_bn, iou, new_state, nms, random_boxes, sparse_ce
+from .common import State, apply_gradients, box_images, conv_bn, iou, new_state, nms, sparse_ce
 
 FUNCTION_WHY = "tensor materialisation: proposals are decoded, NMS'd and matched in numpy"
 BATCH, SIDE, GRID, CLASSES, ROIS = 4, 32, 8, 3, 8
@@ -55,12 +55,7 @@ def make(seed: int) -> State:
                              L.Dense(CLASSES + 1 + 4)])
     state.models = [backbone, rpn, head]
     state.optimizers = [keras.optimizers.SGD(0.02, momentum=0.9)]
-    state.boxes = [random_boxes(state.rng, int(state.rng.integers(1, 4))) for _ in range(32)]
-    state.classes = [state.rng.integers(0, CLASSES, len(b)) for b in state.boxes]
-    state.images = state.rng.normal(0, 0.3, (32, SIDE, SIDE, 3)).astype("float32")
-    for image, boxes, classes in zip(state.images, state.boxes, state.classes):
-        for (y1, x1, y2, x2), c in zip((boxes * SIDE).astype(int), classes):
-            image[y1:y2, x1:x2, c] += 1.0
+    box_images(state, 32, SIDE, CLASSES, max_boxes=3)
     return state
 
 

@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from .common import LOG_EVERY, State, apply_gradients, conv_bn, new_state, nms, random_boxes
+from .common import LOG_EVERY, State, apply_gradients, box_images, conv_bn, new_state, nms
 
 FUNCTION_WHY = None
 BATCH, SIDE, GRID, CLASSES, MAX_BOXES = 8, 32, 8, 3, 3
@@ -39,13 +39,7 @@ def make(seed: int) -> State:
     state = new_state(seed, detections=[])
     state.models = [Darknet()]
     state.optimizers = [keras.optimizers.Adam(1e-3)]
-    state.boxes = [random_boxes(state.rng, int(state.rng.integers(1, MAX_BOXES + 1)))
-                   for _ in range(32)]
-    state.classes = [state.rng.integers(0, CLASSES, len(b)) for b in state.boxes]
-    state.images = state.rng.normal(0, 0.3, (32, SIDE, SIDE, 3)).astype("float32")
-    for image, boxes, classes in zip(state.images, state.boxes, state.classes):
-        for (y1, x1, y2, x2), c in zip((boxes * SIDE).astype(int), classes):
-            image[y1:y2, x1:x2, c] += 1.0
+    box_images(state, 32, SIDE, CLASSES, MAX_BOXES)
     return state
 
 
