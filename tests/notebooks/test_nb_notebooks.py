@@ -107,6 +107,7 @@ def test_quickstart():
     book = executed("quickstart")
     assert book.errors() == []
     assert "%load_ext terra_nb" in book.code[0].source
+    assert book.code[0].outputs == []  # no TensorFlow start-up log
     train_cell = book.cell("%%terra\n")
     assert train_cell.source.splitlines()[0] == "%%terra"  # the default mode
     train = book.text(train_cell)
