@@ -53,12 +53,23 @@ _NAME = "TerraMagics"
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Register the magics and their settings with ``ipython`` (once)."""
+    """Register the magics and their settings with ``ipython`` (once), and the text form of a
+    fallback that names its cell (``In [3]:6``)."""
     from .magics import TerraMagics
+    from .report import pretty_fallback
 
     if _NAME in ipython.magics_manager.registry:
         return
     ipython.register_magics(TerraMagics(shell=ipython))  # also adds it to shell.configurables
+    text = _text_formatter(ipython)
+    if text is not None:
+        text.for_type_by_name("terra_nb.session", "Fallback", pretty_fallback)
+
+
+def _text_formatter(ipython: Any) -> Any:
+    """The shell's ``text/plain`` formatter, or None (a shell without display formatters)."""
+    formatters = getattr(getattr(ipython, "display_formatter", None), "formatters", {})
+    return formatters.get("text/plain")
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -71,3 +82,6 @@ def unload_ipython_extension(ipython: Any) -> None:
             if getattr(func, "__self__", None) is magics:
                 del table[name]
     ipython.configurables[:] = [c for c in ipython.configurables if c is not magics]
+    text = _text_formatter(ipython)
+    if text is not None:
+        text.pop("terra_nb.session.Fallback", None)

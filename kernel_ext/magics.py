@@ -22,7 +22,7 @@ from traitlets.config import Configurable
 import terra_nb
 
 from .cell import CellOptions, CellRunner, compile_cell
-from .report import Explanation, export_run, status_of
+from .report import explanation_of, export_run, status_of
 from .show import is_terminal, show_graph, show_timeline
 
 MODES = ("coexec", "lazy", "trace", "eager")
@@ -138,7 +138,7 @@ class TerraMagics(Magics, Configurable):
         if args.command == "status":
             return status_of(terra, self.runner.last_error)
         if args.command == "explain":
-            return Explanation(terra.mode, terra.explain())
+            return explanation_of(terra)
         if args.command == "graph":
             return show_graph(terra.graph, self.terminal)
         if args.command == "timeline":

@@ -2,17 +2,18 @@
 
 Everything here reads only the public results of a ``terra_nb.Terra`` (``stats``, ``graph``,
 ``spans``, ``explain()``, ``programs``, ``runs_op_by_op``) and returns plain data or text;
-nothing is displayed.
+nothing is displayed. Locations name their cell as IPython does (``In [3]:6``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import terra_nb
+from terra_nb.dot import Listing, cell_names
 from terra_nb.runners import GraphRunner
 
 MAX_COMPILED = GraphRunner.max_compiled
@@ -105,6 +106,23 @@ def summary_line(status: Status) -> str:
     elif status.error:
         text += f"; then {status.error}"
     return text
+
+
+def named_fallback(fallback: Any) -> Any:
+    """``fallback`` with its location's cell named as IPython names it (``In [3]:6``, not
+    ``<terra-cell-…>:6``); outside IPython, or in a file, it is unchanged."""
+    return replace(fallback, location=Listing(cells=cell_names()).where(fallback.location))
+
+
+def explanation_of(terra: Any) -> Explanation:
+    """The fallbacks of ``terra``'s run, their cells named (``%terra explain``)."""
+    return Explanation(terra.mode, tuple(map(named_fallback, terra.explain())))
+
+
+def pretty_fallback(fallback: Any, printer: Any, cycle: bool) -> None:
+    """IPython's text form of a ``terra_nb.Fallback`` (``terra.explain()`` as a cell's result):
+    its line, the cell named."""
+    printer.text(str(named_fallback(fallback)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""Printing a TraceGraph: a jaxpr-like text listing and Graphviz DOT. Pure functions of the data.
+"""Printing a TraceGraph: a jaxpr-like text listing and Graphviz DOT (built with the ``graphviz``
+package, imported only when DOT is built). Pure functions of the data.
 
 Display names (``%3``) are positions in the printed order, assigned here and never stored.
 """
@@ -8,10 +9,15 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .trace import Source
 from .tracegraph import TraceGraph, TraceNode
+
+if TYPE_CHECKING:
+    import graphviz
 
 
 def _names(g: TraceGraph) -> dict[int, str]:
@@ -110,72 +116,126 @@ class Listing:
         return cls(source_lines(g), cell_names())
 
     def where(self, location: str) -> str:
-        """``<file>:6`` with the file named as the front end names it: ``In [3]:6``."""
-        name, sep, line = location.rpartition(":")
-        return f"{self.cells[name]}{sep}{line}" if name in self.cells else location
+        """``<file>:6`` (and anything after it, such as a fallback's source text) with the file
+        named as the front end names it: ``In [3]:6``. File names hold no ``:``."""
+        name, sep, rest = location.partition(":")
+        return f"{self.cells[name]}{sep}{rest}" if sep and name in self.cells else location
 
 
-def _quote(text: str) -> str:
-    """A DOT string: backslashes and quotes escaped, line breaks as DOT's ``\\n``."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
+@dataclass(frozen=True)
+class DotItem:
+    """What stands for one TraceGraph node in a drawing: the DOT node ``name`` with ``attrs``;
+    with ``cluster``, a loop drawn open: subgraph ``name`` (``attrs`` its own) holding its body."""
+
+    name: str
+    attrs: dict[str, str]
+    cluster: bool = False
 
 
-def _node_dot(n: TraceNode, branch: bool) -> str:
+def plain_item(g: TraceGraph, n: TraceNode) -> DotItem:
+    """The export's item for ``n``: loops as clusters labelled with their trip counts, branch
+    points as hexagons, feed inputs marked ▶ before the name, fetched outputs ▶ after it."""
+    if n.kind == "loop":
+        attrs = {"id": f"loop{n.id}", "class": "terra-loop", "label": dot_label(loop_text(n))}
+        return DotItem(f"cluster_{n.id}", attrs, cluster=True)
     classes = [f"terra-{n.kind}"]
     if n.kind == "op":
-        label = n.op_type + (f"\n{n.location}" if n.location else "")
-        shape, style = "box", "rounded"
+        title = ("▶ " if n.feeds else "") + n.op_type + (" ▶" if n.fetches else "")
+        label = dot_label(title, n.location) if n.location else dot_label(title)
+        shape, style = "box", "rounded,bold" if n.fetches else "rounded"
         if n.feeds:
             classes.append("terra-feed")
-            label = "▶ " + label
         if n.fetches:
             classes.append("terra-fetch")
-            label = label + " ▶"
-            style += ",bold"
     else:
-        label = n.kind
+        label = dot_label(n.kind)
         shape, style = ("circle" if n.kind == "start" else "doublecircle"), "solid"
-    if branch:
+    if len(g.successors(n.id)) > 1:
         classes.append("terra-branch")
-        shape = "diamond" if n.kind != "op" else "hexagon"
-    return (
-        f"n{n.id} [id=n{n.id} label={_quote(label)} shape={shape} style={_quote(style)}"
-        f" class={_quote(' '.join(classes))}];"
-    )
+        shape = "hexagon" if n.kind == "op" else "diamond"
+    attrs = {"label": label, "id": f"n{n.id}", "shape": shape, "style": style}
+    return DotItem(f"n{n.id}", {**attrs, "class": " ".join(classes)})
 
 
-def to_dot(g: TraceGraph) -> str:
-    """DOT text: loops as clusters (labelled with trip counts), branch points as hexagons,
-    feed inputs marked ▶ before the name, fetched outputs ▶ after it; SVG classes ``terra-*``."""
-    branches = set(g.branch_points)
-    lines = ["digraph TraceGraph {", "  rankdir=TB;", '  node [fontname="Helvetica" fontsize=10];']
-
-    def emit(parent: int, indent: str) -> None:
-        for n in g.region(parent):
-            if n.kind == "loop":
-                trips = ",".join(map(str, n.trip_counts))
-                lines.append(f"{indent}subgraph cluster_{n.id} {{")
-                lines.append(f'{indent}  id="loop{n.id}"; class="terra-loop";')
-                lines.append(f"{indent}  label={_quote(f'loop @{n.location} trips {trips}')};")
-                emit(n.id, indent + "  ")
-                lines.append(f"{indent}}}")
-            else:
-                lines.append(indent + _node_dot(n, n.id in branches))
-
-    emit(-1, "  ")
-    for a, b in g.edges:
-        lines.append(f"  {_endpoint(g, a, 1)} -> {_endpoint(g, b, 0)};")
-    lines.append("}")
-    return "\n".join(lines)
+def plain_edges(g: TraceGraph) -> list[tuple[str, str, dict[str, str]]]:
+    """The export's edges: ``(tail, head, attrs)``, loops entered and left through their body."""
+    return [(f"n{endpoint(g, a, 1)}", f"n{endpoint(g, b, 0)}", {}) for a, b in g.edges]
 
 
-def _endpoint(g: TraceGraph, node_id: int, side: int) -> str:
-    """Edges to a loop enter its body start; edges from it leave its body end."""
+@dataclass(frozen=True)
+class DotStyle:
+    """The options of ``to_dot``: what a drawing changes in the plain export. ``item(g, n)`` is
+    the item standing for node ``n``, or None when another item draws it (a collapsed chain's
+    later ops, a collapsed loop's body); ``edges(g)`` lists ``(tail, head, attrs)``; ``graph``,
+    ``node`` and ``edge`` are the default attributes."""
+
+    item: Callable[[TraceGraph, TraceNode], DotItem | None] = plain_item
+    edges: Callable[[TraceGraph], Iterable[tuple[str, str, dict[str, str]]]] = plain_edges
+    graph: dict[str, str] = field(default_factory=lambda: {"rankdir": "TB"})
+    node: dict[str, str] = field(default_factory=lambda: {"fontname": "Helvetica",
+                                                          "fontsize": "10"})
+    edge: dict[str, str] = field(default_factory=dict)
+
+
+def to_digraph(g: TraceGraph, style: DotStyle | None = None) -> graphviz.Digraph:
+    """``g`` as a ``graphviz.Digraph``: every node as ``style`` draws it (the plain export by
+    default), loops as clusters, SVG ids ``n<id>`` and classes ``terra-*``. The one DOT builder:
+    the graph views pass their styling as ``style``."""
+    gv = _graphviz()
+    style = style or DotStyle()
+    dot = gv.Digraph("TraceGraph", graph_attr=style.graph, node_attr=style.node,
+                     edge_attr=style.edge)
+    _add_region(dot, g, -1, style)
+    for tail, head, attrs in style.edges(g):
+        dot.edge(tail, head, **attrs)
+    return dot
+
+
+def to_dot(g: TraceGraph, style: DotStyle | None = None) -> str:
+    """The DOT text of ``to_digraph(g, style)``."""
+    return to_digraph(g, style).source
+
+
+def _add_region(dot: graphviz.Digraph, g: TraceGraph, parent: int, style: DotStyle) -> None:
+    for n in g.region(parent):
+        item = style.item(g, n)
+        if item is None:
+            continue
+        if item.cluster:
+            with dot.subgraph(name=item.name) as sub:
+                sub.attr("graph", **item.attrs)
+                _add_region(sub, g, n.id, style)
+        else:
+            dot.node(item.name, **item.attrs)
+
+
+def dot_label(*lines: str) -> str:
+    """Text for a DOT attribute: backslashes and ``<...>`` literal (never an HTML-like label),
+    ``lines`` joined by DOT's ``\\n`` line break."""
+    gv = _graphviz()
+    return gv.nohtml("\\n".join(gv.escape(s.replace("\n", " ")) for s in lines))
+
+
+def loop_text(n: TraceNode) -> str:
+    """A loop node's caption: where it is and its trip counts."""
+    return f"loop @{n.location} trips {','.join(map(str, n.trip_counts)) or '-'}"
+
+
+def endpoint(g: TraceGraph, node_id: int, side: int) -> int:
+    """Edges to a loop enter its body start (side 0); edges from it leave its body end (1)."""
     n = g.nodes[node_id]
     while n.kind == "loop":
         n = g.nodes[n.body[side]]
-    return f"n{n.id}"
+    return n.id
+
+
+def _graphviz():
+    """The ``graphviz`` package, imported when DOT is first built (the data layer needs none)."""
+    try:
+        import graphviz
+    except ImportError as err:
+        raise ImportError("building DOT needs the graphviz package: pip install graphviz") from err
+    return graphviz
 
 
 def source_lines(g: TraceGraph, known: dict[str, str] | None = None) -> dict[str, str]:

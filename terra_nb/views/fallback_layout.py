@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html import escape
 
+from ..dot import endpoint, loop_text
 from ..tracegraph import TraceGraph
-from .graph_model import ViewPlan, endpoint
+from .graph_model import ViewPlan
 
 NODE_H, GAP_X, GAP_Y, PAD, CHAR_W = 34, 18, 26, 14, 6.2
 
@@ -140,7 +141,7 @@ def _item_box(g: TraceGraph, plan: ViewPlan, key: str, marks) -> _Box:
         lid = int(key[8:])
         inner = _layout_region(g, plan, lid, marks)
         n = g.nodes[lid]
-        label = f"loop @{n.location} trips {','.join(map(str, n.trip_counts))}"
+        label = loop_text(n)
         w = max(inner.width, len(label) * CHAR_W) + 2 * PAD
         h = inner.height + 2 * PAD + 16
         cls = " ".join(["cluster", "terra-loop", *marks.get(f"n{lid}", [])])
@@ -163,7 +164,7 @@ def _leaf_box(g: TraceGraph, plan: ViewPlan, key: str, marks) -> _Box:
         lines = [f"{len(el.members)} ops: {first.op_type} … {g.nodes[el.members[-1]].op_type}"]
         cls = ["terra-chain", "terra-collapsed"]
     elif el.kind == "loop":
-        lines = [f"loop @{first.location} trips {','.join(map(str, first.trip_counts))}"]
+        lines = [loop_text(first)]
         cls = ["terra-loop"]
     else:
         lines = [first.op_type or first.kind] if first.kind == "op" else [first.kind[0].upper()]

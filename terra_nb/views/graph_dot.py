@@ -1,9 +1,10 @@
 """DOT for the graph view, and its layout by the Graphviz ``dot`` binary.
 
-Like ``terra_nb.dot.to_dot`` (same ``n<id>`` ids, ``cluster_<id>`` loops, ``terra-*`` classes),
-plus what a view needs: collapsed chains (``c<id>``) and loops (``l<id>``), branch cases as
-labelled ``terra-case`` edges, tooltips, colours that survive without CSS, and optionally the
-current iteration's path (``terra-current``) and new nodes (``terra-new``) baked in.
+Built by ``terra_nb.dot.to_dot`` (same ``n<id>`` ids, ``cluster_<id>`` loops, ``terra-*``
+classes); what a view adds is passed to it as ``DotStyle`` options: collapsed chains (``c<id>``)
+and loops (``l<id>``), branch cases as labelled ``terra-case`` edges, tooltips, colours that
+survive without CSS, and optionally the current iteration's path (``terra-current``) and new
+nodes (``terra-new``) baked in.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Iterable
+from dataclasses import dataclass
 
+from ..dot import DotItem, DotStyle, dot_label, loop_text, to_dot
 from ..tracegraph import TraceGraph, TraceNode
-from .graph_model import Element, ViewPlan
+from .graph_model import Element, ViewEdge, ViewPlan
 
 CASE_COLORS = ("#1c7ed6", "#e8590c", "#2f9e44", "#ae3ec9", "#f08c00", "#0c8599")
 INSTALL_HINT = "install Graphviz (apt-get install graphviz / conda install graphviz)"
@@ -29,16 +32,6 @@ LEGEND = (
 
 class LayoutUnavailable(RuntimeError):
     """The Graphviz ``dot`` binary is missing or failed."""
-
-
-def dot_string(*lines: str) -> str:
-    """A quoted DOT string; ``lines`` are joined by DOT's ``\\n`` line break."""
-    parts = [s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") for s in lines]
-    return '"' + "\\n".join(parts) + '"'
-
-
-def _attrs(**attrs: str) -> str:
-    return " ".join(f"{k}={dot_string(v)}" for k, v in attrs.items() if v != "")
 
 
 def spec_text(spec) -> str:
@@ -57,61 +50,95 @@ def node_tooltip(n: TraceNode) -> str:
     if n.fetches:
         lines.append("fetched outputs: " + ", ".join(map(str, n.fetches)))
     lines += [f"{k} = {v}" for k, v in n.attrs[:12]]
-    return "&#10;".join(x.replace("&", "&amp;") for x in lines)
+    return _tooltip(lines)
 
 
-def _node_line(n: TraceNode, branch: bool, extra: list[str]) -> str:
+def _tooltip(lines: Iterable[str]) -> str:
+    """A hover title: lines joined by an SVG line break entity, ``&`` escaped."""
+    return dot_label("&#10;".join(x.replace("&", "&amp;") for x in lines))
+
+
+def _node_attrs(g: TraceGraph, n: TraceNode, extra: list[str]) -> dict[str, str]:
     classes = [f"terra-{n.kind}", *extra]
     if n.kind != "op":
-        label = dot_string(n.kind[0].upper())
-        shape = "circle" if n.kind == "start" else "doublecircle"
-        attrs = {"shape": shape, "width": "0.3", "fixedsize": "true", "style": "filled"}
-        attrs.update(fillcolor="#dee2e6", color="#868e96")
+        attrs = {"label": dot_label(n.kind[0].upper()), "width": "0.3", "fixedsize": "true",
+                 "shape": "circle" if n.kind == "start" else "doublecircle", "style": "filled",
+                 "fillcolor": "#dee2e6", "color": "#868e96"}
     else:
         title = ("▶ " if n.feeds else "") + n.op_type + (" ▶" if n.fetches else "")
-        label = dot_string(title, n.location)
-        attrs = {"shape": "box", "style": "rounded,filled", "fillcolor": "#f8f9fa"}
-        attrs["color"] = "#495057"
+        attrs = {"label": dot_label(title, n.location), "shape": "box",
+                 "style": "rounded,filled", "fillcolor": "#f8f9fa", "color": "#495057"}
         if n.feeds:
             classes.append("terra-feed")
             attrs["fillcolor"] = "#e7f5ff"
         if n.fetches:
             classes.append("terra-fetch")
             attrs.update(color="#c92a2a", style="rounded,filled,bold", fillcolor="#fff5f5")
-    if branch:
+    if len(g.successors(n.id)) > 1:
         classes.append("terra-branch")
         attrs.update(shape="hexagon" if n.kind == "op" else "diamond", fillcolor="#fff3bf")
     attrs.update(id=f"n{n.id}", tooltip=node_tooltip(n), **{"class": " ".join(classes)})
-    return f"n{n.id} [label={label} {_attrs(**attrs)}];"
+    return attrs
 
 
-def _chain_line(g: TraceGraph, el: Element, extra: list[str]) -> str:
+def _chain_attrs(g: TraceGraph, el: Element, extra: list[str]) -> dict[str, str]:
     ops = [g.nodes[m] for m in el.members]
     feeds = sum(1 for n in ops if n.feeds)
     classes = ["terra-chain", "terra-collapsed", *extra] + (["terra-feed"] if feeds else [])
     head = f"{len(ops)} ops: {ops[0].op_type} … {ops[-1].op_type}"
-    label = dot_string(("▶ " if feeds else "") + head, ops[0].location)
-    tip = "&#10;".join(f"{n.op_type}: {', '.join(map(spec_text, n.outputs))}" for n in ops[:40])
-    attrs = _attrs(
-        id=el.key, shape="box", style="rounded,filled,dashed", fillcolor="#f1f3f5",
-        color="#495057", tooltip=tip, **{"class": " ".join(classes)},
-    )
-    return f"{el.key} [label={label} {attrs}];"
+    tip = _tooltip(f"{n.op_type}: {', '.join(map(spec_text, n.outputs))}" for n in ops[:40])
+    return {"label": dot_label(("▶ " if feeds else "") + head, ops[0].location), "id": el.key,
+            "shape": "box", "style": "rounded,filled,dashed", "fillcolor": "#f1f3f5",
+            "color": "#495057", "tooltip": tip, "class": " ".join(classes)}
 
 
-def _loop_text(n: TraceNode) -> str:
-    return f"loop @{n.location} trips {','.join(map(str, n.trip_counts)) or '-'}"
-
-
-def _collapsed_loop_line(g: TraceGraph, el: Element, extra: list[str]) -> str:
+def _collapsed_loop_attrs(g: TraceGraph, el: Element, extra: list[str]) -> dict[str, str]:
     n = g.nodes[el.members[0]]
     ops = sum(1 for m in el.members if g.nodes[m].kind == "op")
-    label = dot_string(_loop_text(n), f"{ops} ops (collapsed)")
-    attrs = _attrs(
-        id=el.key, shape="box3d", style="filled", fillcolor="#f3f0ff", color="#7048e8",
-        tooltip=f"{_loop_text(n)}: {ops} ops", **{"class": " ".join(["terra-loop", *extra])},
-    )
-    return f"{el.key} [label={label} {attrs}];"
+    return {"label": dot_label(loop_text(n), f"{ops} ops (collapsed)"), "id": el.key,
+            "shape": "box3d", "style": "filled", "fillcolor": "#f3f0ff", "color": "#7048e8",
+            "tooltip": dot_label(f"{loop_text(n)}: {ops} ops"),
+            "class": " ".join(["terra-loop", *extra])}
+
+
+def _cluster_attrs(n: TraceNode, marks: list[str]) -> dict[str, str]:
+    current = "terra-current" in marks
+    return {"id": f"cluster_{n.id}", "label": dot_label(loop_text(n)), "style": "rounded,filled",
+            "fillcolor": "#f8f7ff", "color": "#e8590c" if current else "#7048e8",
+            "penwidth": "2" if current else "1", "class": " ".join(["terra-loop", *marks])}
+
+
+def _baked(classes: list[str]) -> dict[str, str]:
+    """Colours for baked-in highlights, so a static SVG shows them without CSS."""
+    style = {}
+    if "terra-new" in classes:
+        style["fillcolor"] = "#ffec99"
+    if "terra-current" in classes:
+        style.update(color="#e8590c", penwidth="2.5")
+    return style
+
+
+@dataclass(frozen=True)
+class _ViewItems:
+    """``DotStyle.item`` for a view plan: one item per drawn element, at its first node."""
+
+    plan: ViewPlan
+    marks: dict[str, list[str]]
+
+    def __call__(self, g: TraceGraph, n: TraceNode) -> DotItem | None:
+        el = self.plan.elements.get(self.plan.key_of[n.id])
+        if el is None or el.members[0] != n.id:
+            return None  # drawn by the chain it belongs to
+        extra = self.marks.get(el.key, [])
+        if el.kind == "node" and n.kind == "loop":
+            return DotItem(f"cluster_{n.id}", _cluster_attrs(n, extra), cluster=True)
+        if el.kind == "chain":
+            attrs = _chain_attrs(g, el, extra)
+        elif el.kind == "loop":
+            attrs = _collapsed_loop_attrs(g, el, extra)
+        else:
+            attrs = _node_attrs(g, n, extra)
+        return DotItem(el.key, {**attrs, **_baked(extra)})
 
 
 def view_dot(
@@ -122,23 +149,21 @@ def view_dot(
     new: Iterable[int] = (),
     legend: bool = False,
 ) -> str:
-    """DOT for ``plan``; ``current`` and ``new`` node ids are baked in as classes and colours
-    (the live widgets leave them out and toggle the classes in the browser instead); with
-    ``legend`` the marks are explained under the graph (a static picture has no legend box)."""
+    """DOT for ``plan`` (``terra_nb.dot.to_dot`` with the view's style); ``current`` and ``new``
+    node ids are baked in as classes and colours (the live widgets leave them out and toggle the
+    classes in the browser instead); with ``legend`` the marks are explained under the graph (a
+    static picture has no legend box)."""
     marks = marks_for(plan, current, new)
-    caption = f" label={dot_string(*LEGEND)} labeljust=l labelloc=b" if legend else ""
-    lines = [
-        "digraph TraceGraph {",
-        "  rankdir=TB; nodesep=0.25; ranksep=0.3;",
-        f'  graph [fontname="Helvetica" fontsize=10{caption}];',
-        '  node [fontname="Helvetica" fontsize=10 height=0.3];',
-        '  edge [color="#868e96" arrowsize=0.6 fontname="Helvetica" fontsize=9];',
-    ]
-    _emit_region(g, plan, -1, "  ", marks, lines)
-    _bake(plan, marks, lines)
-    lines += ["  " + _edge_line(e, marks) for e in plan.edges]
-    lines.append("}")
-    return "\n".join(lines)
+    caption = {"label": dot_label(*LEGEND), "labeljust": "l", "labelloc": "b"} if legend else {}
+    style = DotStyle(
+        item=_ViewItems(plan, marks),
+        edges=lambda _g: [_edge(e, marks) for e in plan.edges],
+        graph={"rankdir": "TB", "nodesep": "0.25", "ranksep": "0.3", "fontname": "Helvetica",
+               "fontsize": "10", **caption},
+        node={"fontname": "Helvetica", "fontsize": "10", "height": "0.3"},
+        edge={"color": "#868e96", "arrowsize": "0.6", "fontname": "Helvetica", "fontsize": "9"},
+    )
+    return to_dot(g, style)
 
 
 def marks_for(
@@ -155,55 +180,7 @@ def marks_for(
     return marks
 
 
-def _emit_region(g, plan: ViewPlan, parent: int, indent: str, marks, lines: list[str]) -> None:
-    branches = set(g.branch_points)
-    for n in g.region(parent):
-        el = plan.elements.get(plan.key_of[n.id])
-        if el is None or el.members[0] != n.id:
-            continue  # drawn by the chain it belongs to
-        extra = marks.get(el.key, [])
-        if el.kind == "chain":
-            lines.append(indent + _chain_line(g, el, extra))
-        elif el.kind == "loop":
-            lines.append(indent + _collapsed_loop_line(g, el, extra))
-        elif n.kind == "loop":
-            lines.append(f"{indent}subgraph cluster_{n.id} {{")
-            lines.append(indent + "  " + _cluster_attrs(n, extra))
-            _emit_region(g, plan, n.id, indent + "  ", marks, lines)
-            lines.append(f"{indent}}}")
-        else:
-            lines.append(indent + _node_line(n, n.id in branches, extra))
-
-
-def _cluster_attrs(n: TraceNode, marks: list[str]) -> str:
-    color = "#e8590c" if "terra-current" in marks else "#7048e8"
-    attrs = dict(
-        id=f"cluster_{n.id}", label=_loop_text(n), style="rounded,filled", fillcolor="#f8f7ff",
-        color=color, penwidth="2" if "terra-current" in marks else "1",
-        **{"class": " ".join(["terra-loop", *marks])},
-    )
-    return " ".join(f"{k}={dot_string(v)};" for k, v in attrs.items())
-
-
-def _bake(plan: ViewPlan, marks: dict[str, list[str]], lines: list[str]) -> None:
-    """Colours for baked-in highlights, so a static SVG shows them without CSS."""
-    for key, classes in marks.items():
-        style = {}
-        if "terra-new" in classes:
-            style["fillcolor"] = "#ffec99"
-        if "terra-current" in classes:
-            style.update(color="#e8590c", penwidth="2.5")
-        el = plan.elements.get(key)
-        if style and el is not None and not _is_cluster(plan, el):
-            lines.append(f"  {key} [{_attrs(**style)}];")
-
-
-def _is_cluster(plan: ViewPlan, el: Element) -> bool:
-    """An open loop node: drawn as a cluster, not as a node."""
-    return el.kind == "node" and f"l{el.members[0]}" in plan.groups
-
-
-def _edge_line(e, marks: dict[str, list[str]]) -> str:
+def _edge(e: ViewEdge, marks: dict[str, list[str]]) -> tuple[str, str, dict[str, str]]:
     classes = ["terra-edge"]
     attrs: dict[str, str] = {}
     if e.case >= 0:
@@ -215,7 +192,7 @@ def _edge_line(e, marks: dict[str, list[str]]) -> str:
         classes.append("terra-current")
         attrs.update(color="#e8590c", penwidth="2.2")
     attrs.update(id=f"e_{e.src}_{e.dst}", **{"class": " ".join(classes)})
-    return f"{e.src} -> {e.dst} [{_attrs(**attrs)}];"
+    return e.src, e.dst, attrs
 
 
 def dot_available() -> bool:

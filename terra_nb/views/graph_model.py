@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..dot import endpoint
 from ..tracegraph import TraceGraph, TraceNode
 
 LOOP_AUTO = 30
@@ -158,14 +159,6 @@ def linear_chains(g: TraceGraph, min_chain: int) -> list[tuple[int, ...]]:
         if len(run) >= min_chain:
             chains.append(tuple(run))
     return chains
-
-
-def endpoint(g: TraceGraph, node_id: int, side: int) -> int:
-    """Edges to a loop enter its body start (side 0); edges from it leave its body end (1)."""
-    n = g.nodes[node_id]
-    while n.kind == "loop":
-        n = g.nodes[n.body[side]]
-    return n.id
 
 
 def _edges(g: TraceGraph, key_of: dict[int, str]) -> tuple[ViewEdge, ...]:

@@ -158,12 +158,34 @@ def test_check_graph_names_bad_node():
 
 
 def test_data_modules_do_not_import_tensorflow():
-    """The TraceGraph, its merging and printing are plain data: importable without TensorFlow."""
+    """The TraceGraph, its merging and printing are plain data: importable without TensorFlow,
+    and without the graphviz package until DOT is built."""
     code = (
         "import sys, terra_nb, terra_nb.merge, terra_nb.dot, terra_nb.timeline;"
-        "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'"
+        "assert 'tensorflow' not in sys.modules, 'tensorflow was imported';"
+        "assert 'graphviz' not in sys.modules, 'graphviz was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_dot_without_the_graphviz_package_says_what_to_install(monkeypatch):
+    builder = GraphBuilder()
+    builder.merge(figure3_trace(0, True, 2))
+    graph = builder.finish()
+    monkeypatch.setitem(sys.modules, "graphviz", None)
+    assert repr(graph).startswith("TraceGraph(")  # the listing needs no graphviz
+    with pytest.raises(ImportError, match="pip install graphviz"):
+        graph.to_dot()
+
+
+def test_dot_text_is_literal():
+    """Backslashes and ``<...>`` in user text stay text (not DOT escapes, not HTML labels)."""
+    from terra_nb.dot import dot_label
+
+    graphviz = pytest.importorskip("graphviz")
+    dot = graphviz.Digraph()
+    dot.node("n0", label=dot_label("<lambda>", "a\\b"))
+    assert 'n0 [label="<lambda>\\na\\\\b"]' in dot.source
 
 
 def test_dot_output_is_valid_graphviz():

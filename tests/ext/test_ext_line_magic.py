@@ -8,6 +8,7 @@ import re
 import pytest
 from IPython.core.error import UsageError
 
+import kernel_ext
 from kernel_ext.report import Explanation, Status
 
 LOOP = """
@@ -71,6 +72,30 @@ def test_explain_lists_fallbacks(ran):
     assert isinstance(explanation, Explanation)
     assert explanation.fallbacks == ()
     assert str(explanation) == "no fallbacks in the last run (mode trace)"
+
+
+LATE = """
+import tensorflow as tf
+v = tf.Variable(1.0)
+for i in range(8):
+    v.assign(v * 1.5)
+    if i == 6:
+        v.assign_add(1.0)
+"""
+
+
+def test_explain_names_the_cell_as_ipython_does(ip, no_views):
+    """A fallback's location reads ``In [n]:8``, as IPython's tracebacks name the cell, both in
+    ``%terra explain`` and when a cell shows ``terra.explain()``."""
+    assert ip.run_cell("%%terra --quiet\n" + LATE, store_history=True).success
+    cell = rf"In \[{ip.execution_count - 1}\]:8  v\.assign_add\(1\.0\)"
+    explained = str(ip.run_line_magic("terra", "explain"))
+    assert re.fullmatch(rf"iteration 6: .* at AssignAddVariableOp \({cell}\)", explained)
+    ip.user_ns["fallbacks"] = ip.magics_manager.registry["TerraMagics"].runner.last.explain()
+    shown = ip.display_formatter.format(ip.user_ns["fallbacks"])[0]["text/plain"]
+    assert re.search(rf"AssignAddVariableOp \({cell}\)", shown) and "terra-cell" not in shown
+    kernel_ext.unload_ipython_extension(ip)  # the plain dataclass repr again
+    assert "Fallback(" in ip.display_formatter.format(ip.user_ns["fallbacks"])[0]["text/plain"]
 
 
 def test_graph_prints_the_tracegraph_listing(ran, capsys):

@@ -93,7 +93,8 @@ def test_live_views():
     assert last < 0.1
     assert re.search(r"terra\[coexec\]: 200 iterations in .* phase coexec", text)
     explained = book.text(book.cell("%terra explain"))
-    assert re.search(r"iteration 150: .*loss = loss \+ 1e-3", explained)  # the late new path
+    # the late new path, in the cell as IPython names it
+    assert re.search(r"iteration 150: .*\(In \[3\]:\d+  loss = loss \+ 1e-3", explained)
     status = book.text(book.cell("%terra status"))
     assert "phase       coexec" in status
     graph = book.cell("%terra graph")
@@ -106,6 +107,7 @@ def test_quickstart():
     book = executed("quickstart")
     assert book.errors() == []
     assert "%load_ext terra_nb" in book.code[0].source
+    assert book.code[0].outputs == []  # no TensorFlow start-up log
     train_cell = book.cell("%%terra\n")
     assert train_cell.source.splitlines()[0] == "%%terra"  # the default mode
     train = book.text(train_cell)
@@ -120,7 +122,7 @@ def test_quickstart():
     explained = book.text(book.cell("%terra explain"))
     fallback = re.fullmatch(
         r"iteration (\d+): new op or new program location at AssignVariableOp "
-        r"\(<terra-cell-\w+>:10  optimizer\.learning_rate\.assign\(0\.02\)\)\n", explained)
+        r"\(In \[2\]:10  optimizer\.learning_rate\.assign\(0\.02\)\)\n", explained)
     assert fallback and int(fallback.group(1)) >= 2  # after the warm-up, in co-execution
     assert shows_view(book, book.cell("%terra timeline"), "coexec")
     assert shows_view(book, book.cell("%terra graph"), "1 branch points")
