@@ -19,14 +19,13 @@ def phases(terra) -> list[str]:
 
 
 def plan_of(terra) -> str:
-    """Which plan ran the co-executed iterations: "segments", "whole" (one program per
-    iteration, still in use at the end, no segment ever run), "mixed" (the whole program gave
-    way to segments) or "none" (nothing ran in the graph)."""
+    """Which plan ran the co-executed iterations: "whole" (one program per iteration, still in
+    use at the end, and no segment ever ran), "segments" (graph segments ran, and no whole
+    program is in use at the end: the plan asked for, or what a whole program that could not
+    be built or gave up left), "mixed" (both) or "none" (nothing ran in the graph)."""
     segments = bool(terra.programs) or terra.runs_op_by_op > 0
     if terra.program is not None:
         return "mixed" if segments else "whole"
-    if terra.program_kind == "whole" and segments:
-        return "mixed"
     return "segments" if segments else "none"
 
 
