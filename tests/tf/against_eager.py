@@ -15,7 +15,7 @@ import keras
 import numpy as np
 from test_coexec import assert_same_values, graph_threads
 from watchdog import in_thread
-from what_ran import assert_coexecuted
+from what_ran import assert_coexecuted, assert_stayed_in_tracing
 
 from terra_nb import Terra
 
@@ -62,16 +62,20 @@ def assert_same_variables(a, b):
         np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-5, atol=1e-6)
 
 
-def compare(program, options=None, seed=0, **ran):
+def compare(program, options=None, seed=0, tracing_only=False, **ran):
     """Run ``program`` eagerly and under ``options`` (default: the whole program); assert equal
-    and ``assert_coexecuted(terra, **ran)``; return the Terra."""
+    and ``assert_coexecuted(terra, **ran)`` (``tracing_only``: that it never co-executed,
+    legitimately); return the Terra."""
     values, variables, printed, _ = run(program, None, seed)
     values2, variables2, printed2, terra = run(program, options or WHOLE, seed)
     assert_same_values(values2, values)
     assert printed2 == printed
     assert_same_variables(variables, variables2)
     assert not graph_threads()
-    assert_coexecuted(terra, **ran)
+    if tracing_only:
+        assert_stayed_in_tracing(terra)
+    else:
+        assert_coexecuted(terra, **ran)
     return terra
 
 

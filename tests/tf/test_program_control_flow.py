@@ -133,7 +133,7 @@ def loop_values_read_in_later_trips_and_after(loop):
 def test_loop_values_read_in_later_trips_and_after_the_loop():
     # a trip reads an earlier trip's value: each iteration falls back, then the whole program
     # gives way to segments (5 fallbacks), which co-execute the rest
-    terra = compare(loop_values_read_in_later_trips_and_after, at_least=0.3, last=3,
+    terra = compare(loop_values_read_in_later_trips_and_after, at_least=0.3, last=2,
                     plan="segments")
     assert "earlier trip" in terra.explain()[0].reason, terra.explain()
 

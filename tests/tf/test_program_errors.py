@@ -271,12 +271,27 @@ def error_in_a_while_loop_on_a_read_value(loop, s, log):
         s["w"].assign(s["w"] * 0.9)
 
 
+# What ran, where it is not "some iterations co-executed in the plan asked for" (the error ends
+# each loop early): the optimizer's loop cannot be one program (a warning says why) and runs in
+# segments; the while loop on a read value fails at its third iteration, still in tracing in the
+# whole program.
+RAN = {("error_after_the_optimizer_step", "whole"): {"plan": "segments"},
+       ("error_in_a_while_loop_on_a_read_value", "whole"): {"tracing_only": True}}
+SHAPE_FROM_A_VALUE = pytest.mark.xfail(strict=True, reason=(
+    "silent wrong result: tf.reshape(w, tf.stack([size])) with size computed in the graph (3, "
+    "then 4 at iteration 8) never fails under terra-nb; eager raises InvalidArgumentError at "
+    "iteration 8, terra-nb runs all 14 iterations and applies the updates eager never made "
+    "(the traced target shape is used, issue 11: shapes are data unless proven static)"))
+
+
 @pytest.mark.parametrize(("body", "mode"), cases([
     error_on_first_op, error_inside_an_inner_loop_trip, error_after_the_optimizer_step,
-    error_two_iterations_after_a_fetch, error_in_a_while_loop_on_a_read_value]))
+    error_in_a_while_loop_on_a_read_value]) + [
+    pytest.param(error_two_iterations_after_a_fetch, mode, marks=SHAPE_FROM_A_VALUE,
+                 id=f"error_two_iterations_after_a_fetch-{mode}") for mode in MODES])
 def test_runtime_error_state_equals_eager(body, mode):
-    # the error ends the loop early: a few of its iterations co-executed before it
-    compare(_catching(body), MODES[mode], at_least=0.2)
+    ran = RAN.get((body.__name__, mode), {"at_least": 0.2})
+    compare(_catching(body), MODES[mode], **ran)
 
 
 def flush_after_failed_run(loop):

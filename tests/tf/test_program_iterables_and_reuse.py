@@ -174,7 +174,10 @@ def variable_made_once_mid_loop(loop):
 @pytest.mark.parametrize("program", [dataset_iterable, generator_of_tensors, lazily_built_layer,
                                      variable_made_once_mid_loop], ids=lambda p: p.__name__)
 def test_iterables_and_lazy_variables(program, mode):
-    compare(program, MODES[mode])
+    # a layer built mid-loop makes variables in the loop (VarHandleOp, which Python must run):
+    # the whole program falls back, then gives way to segments (README: not yet covered)
+    plan = "segments" if program is lazily_built_layer else mode
+    compare(program, MODES[mode], plan=plan)
 
 
 def many_small_iterations(loop):
