@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from programs import CORPUS
+from what_ran import assert_coexecuted
 
 from terra_nb import Terra
 
@@ -64,6 +65,7 @@ def test_corpus_equals_eager(program, mode):
     assert not graph_threads()
     phases = {s.phase for s in terra.stats}
     assert "coexec" in phases, [s.phase for s in terra.stats]  # it did co-execute
+    assert_coexecuted(terra, at_least=0.5, plan="segments")  # and most iterations did
     if mode == "coexec-never-compile":
         assert not terra.programs
     elif mode == "coexec-compile-at-once":
@@ -112,6 +114,7 @@ def test_xla_compiled_segments_equal_eager():
     with contextlib.redirect_stdout(io.StringIO()), Terra(mode="coexec", xla=True) as terra:
         values2, variables2 = numpy_on_loss(terra.loop)
     assert "coexec" in [s.phase for s in terra.stats]
+    assert_coexecuted(terra, last=2)
     assert_same_values(values2, values)
     for a, b in zip(variables2, variables):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

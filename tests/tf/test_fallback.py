@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from programs import batches, mlp
+from what_ran import assert_coexecuted
 
 from terra_nb import Terra
 
@@ -61,6 +62,7 @@ def test_fallback_keeps_variables_and_slots_equal_to_eager(where, kind):
         got = program(terra.loop)
     assert [s.phase for s in terra.stats][5] == "fallback"
     assert 5 in [f.iteration for f in terra.explain()]
+    assert_coexecuted(terra, at_least=0.5, last=2)  # back in co-execution, in the plan asked for
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -102,6 +104,7 @@ def test_exception_and_interrupt_leave_no_thread_and_eager_state(error, kind):
     assert not graph_threads()
     assert "coexec" in [s.phase for s in terra.stats]
     assert terra.stats[-1].ended == "stopped"
+    assert_coexecuted(terra, at_least=0.5)
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -113,5 +116,6 @@ def test_placeholders_stay_usable_after_the_loop():
             kept = tf.reduce_sum(w * 3.0)
             w.assign_add([1.0, 1.0])
     assert "coexec" in [s.phase for s in terra.stats]
+    assert_coexecuted(terra, last=3)
     assert float(kept) == pytest.approx((5.0 + 6.0) * 3.0)
     assert float(kept + 1.0) == pytest.approx(34.0)  # an eager op on it after the context

@@ -1,6 +1,6 @@
-"""Adversarial programs around shape inference for new calls, eager interpretation of segments
+"""Programs around shape inference for new calls, eager interpretation of segments
 seen once, readiness by known calls and the switch to eager of loops whose path never repeats
-(found or checked by review), each compared against plain eager execution.
+each compared against plain eager execution.
 
 The first five were bugs found by that review (now fixed); the others pin down risky cases.
 """

@@ -1,5 +1,5 @@
-"""Adversarial programs around early hand-over (prefetch), the light fast-path log and read-only
-ops without control dependencies (found or checked by review), each compared against eager."""
+"""Programs around early hand-over (prefetch), the light fast-path log and read-only
+ops without control dependencies, each compared against eager."""
 
 import signal
 import threading

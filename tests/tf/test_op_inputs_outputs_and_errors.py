@@ -1,4 +1,8 @@
-"""Programs found by review to break co-execution once; each now equals eager (regressions)."""
+"""What ops take and give back equals eager: lists an op returned and changed by Python, numpy
+buffers reused after the op, ``set_shape``, output shapes that depend on values, tuple shape
+arguments, one Python number fed to inputs of two dtypes; and what errors do: a runtime error in
+the graph caught while the loop goes on, a failing op stopping the side effects issued after it,
+strict mode. (Each once broke co-execution; they stay as regressions.)"""
 
 import numpy as np
 import pytest
