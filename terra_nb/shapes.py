@@ -22,7 +22,7 @@ from tensorflow.python.framework import ops
 
 from .generator import SegmentOp, lower
 from .placeholder import Placeholder
-from .signature import Entry
+from .signature import Entry, op_info
 
 UNKNOWN = "unknown"  # a shape that inference cannot tell: it depends on input values
 
@@ -35,6 +35,8 @@ def infer_outputs(entry: Entry, attrs: tuple, specs: tuple, sig: tuple) -> list[
     inputs = _flat_inputs(sig[3])
     if len(inputs) != len(specs):
         return None
+    if _unfixed_shape_input(entry.op_type, sig):
+        return UNKNOWN
     return _inferred(entry, attrs, specs, _fixed_values(inputs, specs))
 
 
@@ -45,7 +47,7 @@ def value_shaped(entry: Entry, sig: tuple) -> bool:
     inputs = _flat_inputs(sig[3])
     if any(_is_resource(s) for s in inputs):
         return False
-    if len(inputs) != len(entry.inputs):
+    if len(inputs) != len(entry.inputs) or _unfixed_shape_input(entry.op_type, sig):
         return True  # nothing proves it static
     outputs = _inferred(entry, entry.attrs, entry.inputs, _fixed_values(inputs, entry.inputs))
     traced = [(d.name, tuple(shape.as_list())) for d, shape, _ in entry.outputs]
@@ -91,6 +93,21 @@ def input_specs(flat: list, known: tuple) -> tuple | None:
         else:
             return None
     return tuple(specs)
+
+
+def _unfixed_shape_input(op_type: str, sig: tuple) -> bool:
+    """Whether an input whose value decides output shapes (a reshape target, a range's limit)
+    has a value the signature does not fix: even where inference tells the shape (a reshape to
+    one dimension), whether the call succeeds depends on that value, and a compiled graph may
+    drop the check (grappler removes a reshape to the shape it already has)."""
+    shape_like = op_info(op_type).shape_like
+    inputs = sig[3]
+    if len(shape_like) != len(inputs):  # list inputs flattened: no positional information
+        return False
+    for like, s in zip(shape_like, inputs):
+        if like and s and (type(s[0]) is int or s[0] is float) and _fixed_value(s, "int64") is None:
+            return True
+    return False
 
 
 def _flat_inputs(sigs: tuple) -> list:
