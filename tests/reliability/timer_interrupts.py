@@ -16,11 +16,13 @@ import _thread
 import faulthandler
 import gc
 import json
+import os
 import random
 import signal
 import sys
 import threading
 import time
+import traceback
 
 import numpy as np
 from fault_points import OpCounter
@@ -75,8 +77,8 @@ def interrupted_run(program, learned, delay: float) -> tuple[bool, list, object]
             with lock:
                 armed[0] = False
             time.sleep(0)  # a Ctrl-C already on its way lands here, inside the try
-    except KeyboardInterrupt:
-        return True, log, terra
+    except KeyboardInterrupt as error:
+        return True, log, _landed(error)
     finally:
         timer.cancel()
         timer.join()
@@ -84,9 +86,17 @@ def interrupted_run(program, learned, delay: float) -> tuple[bool, list, object]
     return False, log, terra
 
 
-def leftovers() -> list[str]:
-    """Whatever a loop must not leave behind."""
-    left = [t.name for t in threading.enumerate() if t.name == "terra-graph-runner"]
+def _landed(error: BaseException) -> str:
+    """Where the interrupt landed: the innermost frames of its traceback."""
+    frames = traceback.extract_tb(error.__traceback__)[-3:]
+    return " < ".join(f"{f.name} ({os.path.basename(f.filename)}:{f.lineno})"
+                      for f in reversed(frames))
+
+
+def leftovers(before: set) -> list[str]:
+    """Whatever a loop must not leave behind (threads: those not there before it)."""
+    left = [t.name for t in threading.enumerate()
+            if t.name == "terra-graph-runner" and t not in before]
     if capture.is_installed():
         left.append("capture hooks")
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
@@ -122,18 +132,19 @@ def main(runs: int, seed: int) -> dict:
     failures = []
     for r in range(runs):
         program.reset()
-        hit, log, _ = interrupted_run(program, warm.learned, rng.uniform(0, 1.2 * duration))
+        before = set(threading.enumerate())
+        hit, log, landed = interrupted_run(program, warm.learned, rng.uniform(0, 1.2 * duration))
         counts["runs"] += 1
         counts["interrupted"] += hit
         gc.collect()  # values of the loop nobody holds any more
-        left = leftovers()
+        left = leftovers(before)
         counts["threads_left"] += "terra-graph-runner" in left
         counts["hooks_left"] += len([x for x in left if x != "terra-graph-runner"]) > 0
         if not is_eager_cut(program.state(), log, cuts, losses):
             counts["not_eager_cut"] += 1
             failures.append(f"run {r}: state is no eager cut after {len(log)} iterations")
         if left:
-            failures.append(f"run {r}: left {left}")
+            failures.append(f"run {r}: left {left}; the interrupt landed in {landed}")
     program.reset()
     log: list = []
     last = train(program, warm.learned, log)
