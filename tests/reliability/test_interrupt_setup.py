@@ -20,8 +20,6 @@ def graph_threads():
     return [t for t in threading.enumerate() if t.name == "terra-graph-runner"]
 
 
-@pytest.mark.xfail(strict=True, reason="a Ctrl-C landing in Terra.__enter__ after the "
-                   "GraphRunner's thread started leaves the thread running for good")
 def test_ctrl_c_while_the_engine_is_set_up_leaves_nothing_behind(monkeypatch):
     """A user pressing Ctrl-C just as the loop starts gets a KeyboardInterrupt and nothing
     else: no thread, no hooks, the usual SIGINT handler, and the next loop co-executes."""
