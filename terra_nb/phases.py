@@ -136,8 +136,6 @@ class CoexecEngine:
     def __init__(self, learned: Learned, *, lazy: bool, xla: bool, max_fallbacks: int,
                  compile_after: int = 2, program: str = "segments") -> None:
         self.learned = learned
-        self.runner = PythonRunner(learned.locations, learned.index, lazy=lazy, xla=xla,
-                                   compile_after=compile_after, handles=learned.handles)
         self.whole = program == "whole"
         self.program: Program | None = None  # the whole program of the current TraceGraph
         self.program_error: str | None = None
@@ -152,16 +150,33 @@ class CoexecEngine:
         self._ops_seen = (0, 0)
         self._iteration = 0
         self._hold = contextlib.ExitStack()
-        capture.hold_placeholders()
-        self._hold.callback(capture.release_placeholders)
-        self.runner.interrupts.install()
-        self._hold.callback(self.runner.interrupts.uninstall)
-        capture.set_barrier(self.runner.sync)
-        self._hold.callback(capture.set_barrier, None)
-        # The GraphRunner needs the GIL back after each segment; with CPython's default 5 ms
-        # switch interval it would wait behind the busy Python thread for up to that long.
-        self._hold.callback(sys.setswitchinterval, sys.getswitchinterval())
-        sys.setswitchinterval(SWITCH_INTERVAL)
+        self.runner = PythonRunner(learned.locations, learned.index, lazy=lazy, xla=xla,
+                                   compile_after=compile_after, handles=learned.handles)
+        try:  # the GraphRunner's thread runs: a Ctrl-C (or error) from here on must stop it
+            self._take_over()
+        except BaseException:
+            self._hold.close()
+            self.runner.graph.close()
+            raise
+
+    def _take_over(self) -> None:
+        """Install what the loop needs (hooks, SIGINT handler, barrier, switch interval), each
+        undone by ``close``. A Ctrl-C meanwhile is raised once all of it is in place."""
+        interrupts = self.runner.interrupts
+        self._hold.callback(interrupts.uninstall)  # uninstalls only what was installed
+        interrupts.install()
+        interrupts.enter()
+        try:
+            capture.hold_placeholders()
+            self._hold.callback(capture.release_placeholders)
+            capture.set_barrier(self.runner.sync)
+            self._hold.callback(capture.set_barrier, None)
+            # The GraphRunner needs the GIL back after each segment; with CPython's default 5 ms
+            # switch interval it would wait behind the busy Python thread for up to that long.
+            self._hold.callback(sys.setswitchinterval, sys.getswitchinterval())
+            sys.setswitchinterval(SWITCH_INTERVAL)
+        finally:
+            interrupts.leave()  # raises a Ctrl-C that came meanwhile
 
     def begin(self, root_frame, iteration: int):
         self._iteration = iteration

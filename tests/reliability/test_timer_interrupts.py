@@ -23,7 +23,8 @@ def test_timer_interrupts_at_random_moments(fault_summary):
     counts = report["counts"]
     fault_summary.add("mlp/segments/timer_interrupt", positions=counts["runs"],
                       survived=counts["runs"] - counts["not_eager_cut"],
-                      lost_or_doubled=counts["not_eager_cut"])
+                      lost_or_doubled=counts["not_eager_cut"],
+                      hooks_held_by_live_values=counts["hooks_held_by_live_values"])
     assert not report["failures"], "\n".join(report["failures"])
     assert counts["runs"] == RUNS
     assert counts["interrupted"] >= RUNS // 2, counts  # most interrupts landed in a loop

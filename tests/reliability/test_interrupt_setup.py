@@ -1,0 +1,42 @@
+"""Ctrl-C while a ``Terra`` sets itself up: nothing is left behind and the next loop works.
+
+The timer-driven runs (test_timer_interrupts.py) once left a ``terra-graph-runner`` thread and the
+capture hooks installed for good: the interrupt had landed in ``Terra.__enter__`` after the
+GraphRunner's thread started, and ``__exit__`` never runs for a ``with`` whose ``__enter__``
+raised. Here the Ctrl-C is made to land at one such point, deterministically: where the engine
+installs the capture hooks.
+"""
+
+import signal
+import threading
+
+import pytest
+import tensorflow as tf
+
+from terra_nb import Terra, capture
+
+
+def graph_threads():
+    return [t for t in threading.enumerate() if t.name == "terra-graph-runner"]
+
+
+def test_ctrl_c_while_the_engine_is_set_up_leaves_nothing_behind(monkeypatch):
+    """A user pressing Ctrl-C just as the loop starts gets a KeyboardInterrupt and nothing
+    else: no thread, no hooks, the usual SIGINT handler, and the next loop co-executes."""
+
+    def ctrl_c():
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(capture, "hold_placeholders", ctrl_c)
+        with pytest.raises(KeyboardInterrupt), Terra():
+            pass
+    assert not graph_threads()
+    assert not capture.is_installed()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    v = tf.Variable(1.0)
+    with Terra() as terra:
+        for _ in terra.loop(range(4)):
+            v.assign_add(1.0)
+    assert [s.phase for s in terra.stats][-2:] == ["coexec", "coexec"]
+    assert float(v) == 5.0 and not graph_threads()
