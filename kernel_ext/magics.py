@@ -25,7 +25,7 @@ from .cell import CellOptions, CellRunner, compile_cell
 from .report import explanation_of, export_run, status_of
 from .show import is_terminal, show_graph, show_timeline
 
-MODES = ("coexec", "lazy", "trace", "eager")
+MODES = ("coexec", "lazy", "trace", "eager")  # DESIGN.md section 3; the engine checks them too
 
 
 def name_cell(shell: Any, filename: str) -> None:
@@ -34,7 +34,11 @@ def name_cell(shell: Any, filename: str) -> None:
     compiler; a shell without one keeps the file name)."""
     numbers = getattr(shell.compile, "_filename_map", None)
     if isinstance(numbers, dict):
-        numbers[filename] = shell.execution_count  # DESIGN.md section 3; the engine checks them too
+        # the running cell's own number: the newest one IPython cached (IPython 9 has counted
+        # the next cell already while this one runs, IPython 8 had not)
+        numbers[filename] = max(numbers.values(), default=shell.execution_count)
+
+
 COMMANDS = ("status", "explain", "graph", "timeline", "export", "reset")
 
 
