@@ -71,7 +71,13 @@ def _details(page) -> None:
     assert page.locator(f"{details} .terra-badge.terra-fetch").count() == 1
     page.click(f"{svg} g.node.terra-chain >> nth=0")
     page.wait_for_selector(f"{svg} g.node.terra-chain.terra-selected", timeout=5_000)
-    assert "ops on one line" in page.inner_text(f"{details} h4")
+    # hovering previews whatever node is under the mouse (after a re-render it may be another
+    # one); leaving the graph shows the selected node
+    page.mouse.move(0, 0)
+    page.wait_for_function(
+        f"() => document.querySelector('{details} h4').innerText.includes('ops on one line')",
+        timeout=5_000,
+    )
     _shot(page, "node-details")
     before = page.locator(f"{svg} g.node").count()
     page.click(f"{details} button.terra-toggle")  # Expand: Python lays the graph out again
