@@ -204,11 +204,11 @@ class PythonRunner:
             return self._trace_op(run, op_name, args, attrs, loc)
         op_type = op_type_of(op_name)
         info = op_info(op_type)
+        if op_type in ITERATOR_OPS:  # the input pipeline: no graph work touches an iterator
+            return self._trace_op(run, op_name, args, attrs, loc)
         inputs = args if attrs is not None else args[: info.n_inputs]
         flat = _flat(inputs)
         placeholders, resources = _scan(flat)
-        if op_type in ITERATOR_OPS:  # the input pipeline: no graph work touches an iterator
-            return self._trace_op(run, op_name, args, attrs, loc)
         if not placeholders and not resources and not info.stateful:
             if self._whole_on:
                 entry = self._program_entry(op_name, args, attrs, loc)
