@@ -44,14 +44,10 @@ def value_shaped(entry: Entry, sig: tuple) -> bool:
     """Whether the output shapes of a traced call depend on input values that its signature
     ``sig`` does not fix (so the traced shapes cannot answer another call with that signature).
     A variable's reads take its declared shape (resizable variables run for real anyway)."""
-    inputs = _flat_inputs(sig[3])
-    if any(_is_resource(s) for s in inputs):
+    if any(_is_resource(s) for s in _flat_inputs(sig[3])):
         return False
-    if len(inputs) != len(entry.inputs) or _unfixed_shape_input(entry.op_type, sig):
-        return True  # nothing proves it static
-    outputs = _inferred(entry, entry.attrs, entry.inputs, _fixed_values(inputs, entry.inputs))
     traced = [(d.name, tuple(shape.as_list())) for d, shape, _ in entry.outputs]
-    return outputs != traced
+    return infer_outputs(entry, entry.attrs, entry.inputs, sig) != traced  # else: not proven
 
 
 def _inferred(entry: Entry, attrs: tuple, specs: tuple, values: list) -> list[tuple] | str | None:
