@@ -22,9 +22,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from terra_nb import capture  # noqa: E402
-from terra_nb.location import LocationTable  # noqa: E402
-from terra_nb.merge import GraphBuilder  # noqa: E402
-from terra_nb.recorder import TraceRecorder  # noqa: E402
+from terra_nb.capture.location import LocationTable  # noqa: E402
+from terra_nb.capture.recorder import TraceRecorder  # noqa: E402
+from terra_nb.trace.merge import GraphBuilder  # noqa: E402
 
 
 def elementwise_program():

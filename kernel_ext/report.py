@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import terra_nb
-from terra_nb.dot import Listing, cell_names
-from terra_nb.runners import GraphRunner
+from terra_nb.coexec.graph_runner import GraphRunner
+from terra_nb.trace.dot import Listing, cell_names
 
 MAX_COMPILED = GraphRunner.max_compiled
 

@@ -13,7 +13,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from terra_nb.dot import Listing, to_text
+from terra_nb.trace.dot import Listing, to_text
 
 from .report import text_timeline
 

@@ -8,8 +8,8 @@ load TensorFlow on first use.
 
 from .errors import GraphError, TerraError, TerraUsageError
 from .timeline import RunnerSpan, to_chrome_trace
-from .trace import Source, TensorSpec, Trace, TraceOp
-from .tracegraph import TraceGraph, TraceNode, check_graph
+from .trace.records import Source, TensorSpec, Trace, TraceOp
+from .trace.tracegraph import TraceGraph, TraceNode, check_graph
 
 _RUNTIME = ("MODES", "Fallback", "IterationStats", "Learned", "Terra")
 

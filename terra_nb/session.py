@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import TerraError, TerraUsageError
-from .phases import CoexecEngine, EagerEngine, IterationResult, Learned, TraceEngine
+from .modes import CoexecEngine, EagerEngine, IterationResult, Learned, TraceEngine
 from .timeline import RunnerSpan, SpanFeed, SpanLog
-from .tracegraph import TraceGraph
+from .trace.tracegraph import TraceGraph
 
 MODES = ("coexec", "lazy", "trace", "eager")
 _open = threading.local()  # the Terra whose context is open in this thread

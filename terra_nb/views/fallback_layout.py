@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html import escape
 
-from ..dot import endpoint, loop_text
-from ..tracegraph import TraceGraph
+from ..trace.dot import endpoint, loop_text
+from ..trace.tracegraph import TraceGraph
 from .graph_model import ViewPlan
 
 NODE_H, GAP_X, GAP_Y, PAD, CHAR_W = 34, 18, 26, 14, 6.2

@@ -14,8 +14,8 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..dot import DotItem, DotStyle, dot_label, loop_text, to_dot
-from ..tracegraph import TraceGraph, TraceNode
+from ..trace.dot import DotItem, DotStyle, dot_label, loop_text, to_dot
+from ..trace.tracegraph import TraceGraph, TraceNode
 from .graph_model import Element, ViewEdge, ViewPlan
 
 CASE_COLORS = ("#1c7ed6", "#e8590c", "#2f9e44", "#ae3ec9", "#f08c00", "#0c8599")

@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..dot import endpoint
-from ..tracegraph import TraceGraph, TraceNode
+from ..trace.dot import endpoint
+from ..trace.tracegraph import TraceGraph, TraceNode
 
 LOOP_AUTO = 30
 

@@ -7,8 +7,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from ..dot import Listing, cell_names, source_lines  # noqa: F401 - re-exported for views
-from ..tracegraph import TraceGraph
+from ..trace.dot import Listing, cell_names, source_lines  # noqa: F401 - re-exported for views
+from ..trace.tracegraph import TraceGraph
 from .fallback_layout import fallback_svg
 from .graph_dot import LayoutUnavailable, marks_for, render_svg, view_dot
 from .graph_model import plan_view

@@ -16,7 +16,7 @@ from pathlib import Path
 import anywidget
 import traitlets as t
 
-from ..tracegraph import TraceGraph
+from ..trace.tracegraph import TraceGraph
 from .graph_model import as_graph
 from .graph_picture import GraphPicture, draw_graph, graph_payload, source_lines
 from .static import graph_bundle

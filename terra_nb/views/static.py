@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable, Sequence
 
-from ..tracegraph import TraceGraph
+from ..trace.tracegraph import TraceGraph
 from .graph_dot import LayoutUnavailable, render
 from .graph_model import as_graph
 from .graph_picture import GraphPicture, draw_graph

@@ -7,9 +7,9 @@ import sys
 import pytest
 
 from terra_nb.errors import GraphError
-from terra_nb.merge import GraphBuilder
-from terra_nb.trace import LoopRun, Source, TensorSpec, Trace, TraceOp, segment
-from terra_nb.tracegraph import TraceGraph, TraceNode, check_graph
+from terra_nb.trace.merge import GraphBuilder
+from terra_nb.trace.records import LoopRun, Source, TensorSpec, Trace, TraceOp, segment
+from terra_nb.trace.tracegraph import TraceGraph, TraceNode, check_graph
 
 F = (TensorSpec("float32", (2,)),)
 
@@ -161,7 +161,7 @@ def test_data_modules_do_not_import_tensorflow():
     """The TraceGraph, its merging and printing are plain data: importable without TensorFlow,
     and without the graphviz package until DOT is built."""
     code = (
-        "import sys, terra_nb, terra_nb.merge, terra_nb.dot, terra_nb.timeline;"
+        "import sys, terra_nb, terra_nb.trace.merge, terra_nb.trace.dot, terra_nb.timeline;"
         "assert 'tensorflow' not in sys.modules, 'tensorflow was imported';"
         "assert 'graphviz' not in sys.modules, 'graphviz was imported'"
     )
@@ -180,7 +180,7 @@ def test_dot_without_the_graphviz_package_says_what_to_install(monkeypatch):
 
 def test_dot_text_is_literal():
     """Backslashes and ``<...>`` in user text stay text (not DOT escapes, not HTML labels)."""
-    from terra_nb.dot import dot_label
+    from terra_nb.trace.dot import dot_label
 
     graphviz = pytest.importorskip("graphviz")
     dot = graphviz.Digraph()
@@ -209,7 +209,7 @@ def test_dot_output_is_valid_graphviz():
 
 
 def test_a_branch_in_a_loop_body_is_one_loop():
-    from terra_nb.location import loop_ranges
+    from terra_nb.capture.location import loop_ranges
 
     def body(xs):
         total = 0

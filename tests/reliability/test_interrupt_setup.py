@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 from terra_nb import Terra, capture
+from terra_nb.capture import hooks
 
 
 def graph_threads():
@@ -27,13 +28,13 @@ def test_ctrl_c_while_the_engine_is_set_up_leaves_nothing_behind(monkeypatch):
     def ctrl_c():
         raise KeyboardInterrupt
 
-    installs = capture._installs  # an earlier cut-short loop's live placeholder may hold some
+    installs = hooks._installs  # an earlier cut-short loop's live placeholder may hold some
     with monkeypatch.context() as patched:
         patched.setattr(capture, "hold_placeholders", ctrl_c)
         with pytest.raises(KeyboardInterrupt), Terra():
             pass
     assert not graph_threads()
-    assert capture._installs == installs
+    assert hooks._installs == installs
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     v = tf.Variable(1.0)
     with Terra() as terra:

@@ -33,7 +33,7 @@ from fault_points import OpCounter
 from fault_programs import MlpAdam
 
 from terra_nb import Terra, capture
-from terra_nb.placeholder import Placeholder
+from terra_nb.capture.placeholder import Placeholder
 
 ITERATIONS = 3
 HANG = 60  # seconds a run may take before it counts as a hang (the child then dumps and exits)

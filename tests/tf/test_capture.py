@@ -11,8 +11,8 @@ from tensorflow.python.eager import execute
 from tensorflow.python.framework import ops
 
 from terra_nb import capture
-from terra_nb.location import LocationTable
-from terra_nb.recorder import TraceRecorder
+from terra_nb.capture.location import LocationTable
+from terra_nb.capture.recorder import TraceRecorder
 
 
 class ListSink:

@@ -17,7 +17,7 @@ PROGRAM = textwrap.dedent("""
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
     from terra_nb import Terra
-    from terra_nb.placeholder import Placeholder
+    from terra_nb.capture.placeholder import Placeholder
 
     def train(loop):
         w = tf.Variable([1.0, 2.0])

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from terra_nb import Terra
-from terra_nb.placeholder import Placeholder
+from terra_nb.capture.placeholder import Placeholder
 
 
 def _setup():
@@ -65,7 +65,7 @@ def test_values_nobody_holds_do_not_leave_the_graph():
 
 
 def test_only_ops_with_side_effects_wait_for_every_earlier_op():
-    from terra_nb.generator import Segment, SegmentOp, compile_segment
+    from terra_nb.coexec.lower import Segment, SegmentOp, compile_segment
 
     f32, mul = (("dtype", tf.float32),), (("T", tf.float32),)
     v, w = _setup()
@@ -196,7 +196,7 @@ def test_co_executed_iterations_count_their_feeds_as_traced_ones_do():
 
 
 def test_after_going_eager_a_loop_tries_co_execution_again(monkeypatch):
-    from terra_nb.phases import CoexecEngine
+    from terra_nb.modes import CoexecEngine
 
     monkeypatch.setattr(CoexecEngine, "eager_span", 3)
     trip_counts = list(range(1, 15)) + [3, 4] * 10  # new trip counts, then two that repeat
@@ -211,7 +211,7 @@ def test_after_going_eager_a_loop_tries_co_execution_again(monkeypatch):
 
 
 def test_calls_answered_by_shape_inference_are_kept_in_bounded_number(monkeypatch):
-    from terra_nb.signature import SignatureIndex
+    from terra_nb.capture.signature import SignatureIndex
 
     monkeypatch.setattr(SignatureIndex, "max_inferred", 5)
 
@@ -234,7 +234,7 @@ def test_calls_answered_by_shape_inference_are_kept_in_bounded_number(monkeypatc
 
 def test_the_compiled_cache_keeps_only_the_most_recent_segments(monkeypatch):
     """A loop whose path is new every iteration does not keep every compiled segment."""
-    from terra_nb.runners import GraphRunner
+    from terra_nb.coexec.graph_runner import GraphRunner
 
     monkeypatch.setattr(GraphRunner, "max_compiled", 2)
     v = tf.Variable([1.0, 2.0, 3.0, 4.0])

@@ -7,8 +7,9 @@ import threading
 import pytest
 import tensorflow as tf
 
-from terra_nb import Terra, runners
-from terra_nb.placeholder import Placeholder
+from terra_nb import Terra
+from terra_nb.capture.placeholder import Placeholder
+from terra_nb.coexec import graph_runner as runners
 
 
 def graph_threads():

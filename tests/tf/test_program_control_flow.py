@@ -21,7 +21,7 @@ from against_eager import (
 )
 from what_ran import assert_coexecuted, phases
 
-from terra_nb.location import loop_ranges
+from terra_nb.capture.location import loop_ranges
 
 # -- nested loops, branches in loops, loops in branches -------------------------------------------
 

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from terra_nb import Terra, runners
+from terra_nb import Terra
+from terra_nb.coexec import graph_runner as runners
 
 VARIANTS = {
     "coexec": {"mode": "coexec"},

@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 from terra_nb import Terra
-from terra_nb.shapes import value_shaped
-from terra_nb.signature import Entry
+from terra_nb.capture.signature import Entry
+from terra_nb.coexec.shapes import value_shaped
 
 N = 6
 

@@ -241,7 +241,7 @@ def test_a_branch_inside_a_while_loop_body():
 
 
 def test_a_constant_that_changes_after_the_last_rebuild_is_dropped(monkeypatch):
-    from terra_nb.program_runner import WholeProgram
+    from terra_nb.coexec.program_runner import WholeProgram
 
     monkeypatch.setattr(WholeProgram, "max_rebuilds", 1)  # spent on learning the constants
     _, eager = schedule_loop(lambda it: it)

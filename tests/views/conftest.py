@@ -4,7 +4,7 @@ import pytest
 from system_tools import needs_dot  # noqa: F401 - a fixture for the view tests
 from view_fixtures import make_graph
 
-from terra_nb.tracegraph import TraceGraph
+from terra_nb.trace.tracegraph import TraceGraph
 
 
 @pytest.fixture

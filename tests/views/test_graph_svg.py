@@ -107,8 +107,8 @@ def test_static_graph_is_svg_and_png(graph):
 
 @needs_dot
 def test_many_nodes_lay_out(graph):
-    from terra_nb.trace import Source
-    from terra_nb.tracegraph import TraceGraph, TraceNode
+    from terra_nb.trace.records import Source
+    from terra_nb.trace.tracegraph import TraceGraph, TraceNode
 
     n = 2000
     nodes = [TraceNode(0, "start"), TraceNode(1, "end")]

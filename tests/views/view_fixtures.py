@@ -4,8 +4,8 @@ import os
 import xml.etree.ElementTree as ET
 
 from terra_nb.timeline import RunnerSpan
-from terra_nb.trace import Source, TensorSpec
-from terra_nb.tracegraph import TraceGraph, TraceNode, check_graph
+from terra_nb.trace.records import Source, TensorSpec
+from terra_nb.trace.tracegraph import TraceGraph, TraceNode, check_graph
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 

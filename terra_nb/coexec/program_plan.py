@@ -1,6 +1,6 @@
 """The whole program: a TraceGraph -> one ``tf.function`` for a whole iteration, on any path.
 
-The program follows the TraceGraph's plan (``structure.py``): a ``tf.switch_case`` at each branch
+The program follows the TraceGraph's plan (``control_flow.py``): a ``tf.switch_case`` at each branch
 point, a ``tf.while_loop`` (or an unrolled body) at each loop node, every op node lowered as in a
 segment. It talks to Python through ``Channels``, FIFO queues passed in as arguments:
 
@@ -29,8 +29,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import gen_data_flow_ops, gen_resource_variable_ops, list_ops
 
-from .generator import SegmentOp, lower
-from .structure import (
+from ..trace.records import Source, TensorSpec
+from ..trace.tracegraph import TraceGraph, TraceNode
+from .control_flow import (
     Block,
     CaseItem,
     LoopItem,
@@ -41,9 +42,8 @@ from .structure import (
     plan,
     same_op,
 )
-from .trace import Source, TensorSpec
-from .tracegraph import TraceGraph, TraceNode
-from .wiring import (
+from .lower import SegmentOp, lower
+from .program_wiring import (
     FEED,
     VARIABLE_OPS,
     WRITES,

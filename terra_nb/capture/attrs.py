@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import op_def_registry, tensor_shape
 
-from .trace import TensorRef
+from ..trace.records import TensorRef
 
 
 def is_tensor(value) -> bool:

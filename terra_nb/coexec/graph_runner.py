@@ -22,11 +22,11 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.python.eager import record
 
-from . import capture
-from .errors import TerraError
-from .generator import Segment, compile_segment, interpretable, make_segment, run_segment
-from .placeholder import Placeholder
-from .timeline import RunnerSpan
+from .. import capture
+from ..capture.placeholder import Placeholder
+from ..errors import TerraError
+from ..timeline import RunnerSpan
+from .lower import Segment, compile_segment, interpretable, make_segment, run_segment
 
 
 class WorkItem:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from .placeholder import Placeholder
+from ..capture.placeholder import Placeholder
 
 
 def hand_over(placeholders: list[Placeholder]) -> list[Placeholder]:

@@ -5,7 +5,7 @@
 again, its immediate post-dominator) and ``LoopItem`` (a loop node: its body as a block, and the
 trip count when every trace took the same one, which is then unrolled). Paths that cross between
 branches before they meet are duplicated into each branch (tail duplication), so any DAG of
-branches that merge back becomes nested cases. The generated program (``program.py``) follows
+branches that merge back becomes nested cases. The generated program (``program_plan.py``) follows
 this tree, and so does ``PathWalker``: given the nodes of Python's ops one by one, it emits the
 decisions the program reads at each case (the branch index: Case Select) and each trip of a
 loop that is not unrolled (1 = another trip, 0 = done: Loop Cond), and a final 1 (commit).
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from .errors import TerraError
-from .tracegraph import TraceGraph, TraceNode
+from ..errors import TerraError
+from ..trace.tracegraph import TraceGraph, TraceNode
 
 END = -1  # the node Python "reaches" when the iteration ends
 _BODY_END = -2  # stands for the end of a loop trip while its follow set is unknown

@@ -28,19 +28,12 @@ from tensorflow.python.eager.core import _FallbackException
 from tensorflow.python.framework import constant_op, dtypes, ops
 from tensorflow.python.ops import resource_variable_ops
 
-from . import capture
-from .attrs import with_list_lengths
-from .errors import TerraError
-from .handover import hand_over
-from .interrupts import DeferredInterrupts
-from .location import LocationTable
-from .placeholder import Placeholder
-from .program import Program
-from .program_runner import WholeProgram
-from .recorder import TraceRecorder
-from .runners import GraphRunner, WorkItem
-from .shapes import UNKNOWN, infer_outputs, input_specs, value_shaped
-from .signature import (
+from .. import capture
+from ..capture.attrs import with_list_lengths
+from ..capture.location import LocationTable
+from ..capture.placeholder import Placeholder
+from ..capture.recorder import TraceRecorder
+from ..capture.signature import (
     FAST_FALLBACK,
     ITERATOR_OPS,
     RUN_FOR_REAL,
@@ -50,10 +43,17 @@ from .signature import (
     op_info,
     op_type_of,
 )
-from .structure import PathError
-from .timeline import RunnerSpan
-from .trace import TensorRef, Trace
-from .wiring import SHAPE_OPS
+from ..errors import TerraError
+from ..timeline import RunnerSpan
+from ..trace.records import TensorRef, Trace
+from .control_flow import PathError
+from .graph_runner import GraphRunner, WorkItem
+from .handover import hand_over
+from .interrupts import DeferredInterrupts
+from .program_plan import Program
+from .program_runner import WholeProgram
+from .program_wiring import SHAPE_OPS
+from .shapes import UNKNOWN, infer_outputs, input_specs, value_shaped
 
 _EAGER = ops.EagerTensor
 _RESOURCE_ENUM = dtypes.resource.as_datatype_enum

@@ -1,7 +1,7 @@
 """Running the whole program: the PythonRunner's side of the channels, and the program's thread.
 
 ``WholeProgram`` is used by the PythonRunner in ``Terra(program="whole")``. Each co-executed
-iteration is one run of the generated program (``program.py``) in the ``ProgramThread``. For each
+iteration is one run of the generated program (``program_plan.py``) in the ``ProgramThread``. For each
 op Python issues, ``issue`` follows the path (``PathWalker``) and sends the decisions and the fed
 values the program reads at that op; a fetch takes values from the fetch queues, in order. The
 program commits the iteration's variable writes when ``end`` sends the last decision.
@@ -28,15 +28,15 @@ import tensorflow as tf
 from tensorflow.python.eager import record
 from tensorflow.python.framework import errors
 
-from . import capture
-from .generator import make_segment, run_segment
-from .placeholder import Placeholder
-from .program import Channels, Constant, Program, small_value
-from .runners import real_argument
-from .structure import PathError, PathWalker
-from .timeline import RunnerSpan
-from .trace import Source
-from .wiring import FEED, variable_key
+from .. import capture
+from ..capture.placeholder import Placeholder
+from ..timeline import RunnerSpan
+from ..trace.records import Source
+from .control_flow import PathError, PathWalker
+from .graph_runner import real_argument
+from .lower import make_segment, run_segment
+from .program_plan import Channels, Constant, Program, small_value
+from .program_wiring import FEED, variable_key
 
 
 class ProgramThread:

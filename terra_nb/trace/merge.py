@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .trace import LoopRun, Source, Trace, TraceOp, segment
+from .records import LoopRun, Source, Trace, TraceOp, segment
 from .tracegraph import TraceGraph, TraceNode
 
 

@@ -13,14 +13,14 @@ import warnings
 from dataclasses import dataclass, field
 
 from . import capture
-from .location import LocationTable
-from .merge import GraphBuilder
-from .program import Program, build_program
-from .python_runner import PythonRunner, SignatureIndex
-from .recorder import TraceRecorder
-from .signature import op_type_of
-from .structure import ProgramError
+from .capture.location import LocationTable
+from .capture.recorder import TraceRecorder
+from .capture.signature import op_type_of
+from .coexec.control_flow import ProgramError
+from .coexec.program_plan import Program, build_program
+from .coexec.python_runner import PythonRunner, SignatureIndex
 from .timeline import RunnerSpan
+from .trace.merge import GraphBuilder
 
 SWITCH_INTERVAL = 2e-4  # seconds; see CoexecEngine
 

@@ -19,8 +19,8 @@ import numpy as np
 from tensorflow.python.framework import dtypes, op_def_registry, ops
 from tensorflow.python.framework.tensor_shape import TensorShape
 
+from ..trace.records import TensorRef, TensorSpec, Trace
 from .placeholder import Placeholder
-from .trace import TensorRef, TensorSpec, Trace
 
 _EAGER = ops.EagerTensor
 _INT_ENUMS = {3, 9}  # DT_INT32, DT_INT64

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .trace import Source
+from .records import Source
 from .tracegraph import TraceGraph, TraceNode
 
 if TYPE_CHECKING:

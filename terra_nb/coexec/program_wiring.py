@@ -1,7 +1,7 @@
 """How the whole program meets Python: which TraceGraph nodes Python computes itself, where each
 op input of the program can come from, which nodes the program cannot hold, and which values it
-keeps for every trip of a loop. Plain analysis of a TraceGraph and its plan (``structure.py``);
-``program.py`` builds the program from it and ``program_runner.py`` follows it.
+keeps for every trip of a loop. Plain analysis of a TraceGraph and its plan (``control_flow.py``);
+``program_plan.py`` builds the program from it and ``program_runner.py`` follows it.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 from tensorflow.python.framework import op_def_registry
 
-from .signature import ITERATOR_OPS
-from .structure import Block, CaseItem, LoopItem, ProgramError, op_nodes
-from .trace import Source
-from .tracegraph import TraceGraph, TraceNode
+from ..capture.signature import ITERATOR_OPS
+from ..trace.records import Source
+from ..trace.tracegraph import TraceGraph, TraceNode
+from .control_flow import Block, CaseItem, LoopItem, ProgramError, op_nodes
 
 FEED = "feed"  # the candidate of an op input fed from Python (a feed or a carried value)
 VARIABLE_OPS = frozenset(

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from ..trace.records import Source, TensorSpec, Trace, TraceOp
 from .attrs import complete_attrs, input_dtypes, is_tensor, split_call
 from .location import LocationTable
 from .signature import call_signature, op_type_of
-from .trace import Source, TensorSpec, Trace, TraceOp
 
 _RESOURCE = tf.resource
 

@@ -21,8 +21,8 @@ import tensorflow as tf
 from tensorflow.python.eager import context, execute
 from tensorflow.python.framework import op_def_library, op_def_registry
 
-from .attrs import string_attr
-from .errors import TerraError
+from ..capture.attrs import string_attr
+from ..errors import TerraError
 
 
 @dataclass(frozen=True, slots=True)

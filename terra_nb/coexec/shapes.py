@@ -20,9 +20,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import ops
 
-from .generator import SegmentOp, lower
-from .placeholder import Placeholder
-from .signature import Entry, op_info
+from ..capture.placeholder import Placeholder
+from ..capture.signature import Entry, op_info
+from .lower import SegmentOp, lower
 
 UNKNOWN = "unknown"  # a shape that inference cannot tell: it depends on input values
 

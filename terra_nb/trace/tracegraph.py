@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from .errors import GraphError
-from .trace import Source, TensorSpec
+from ..errors import GraphError
+from .records import Source, TensorSpec
 
 NODE_KINDS = ("start", "end", "op", "loop")
 

@@ -1,0 +1,30 @@
+"""Stage 1, at the moment an op is called: the hooks on TensorFlow's eager execution, the
+placeholder they hand back in co-execution, the op's program location, normalised attrs, call
+signature, and the recorder that turns one iteration's ops into a ``Trace``.
+
+The hooks' API is re-exported here: ``capture.bypass()``, ``capture.capturing(sink)``.
+"""
+
+from .hooks import (
+    bypass,
+    capturing,
+    hold_placeholders,
+    hold_until_collected,
+    installed,
+    is_installed,
+    real_values,
+    release_placeholders,
+    set_barrier,
+)
+
+__all__ = [
+    "bypass",
+    "capturing",
+    "hold_placeholders",
+    "hold_until_collected",
+    "installed",
+    "is_installed",
+    "real_values",
+    "release_placeholders",
+    "set_barrier",
+]
