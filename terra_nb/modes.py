@@ -18,6 +18,7 @@ from .capture.recorder import TraceRecorder
 from .capture.signature import op_type_of
 from .coexec.control_flow import ProgramError
 from .coexec.program_plan import Program, build_program
+from .coexec.program_runner import WholeProgram
 from .coexec.python_runner import PythonRunner, SignatureIndex
 from .timeline import RunnerSpan
 from .trace.merge import GraphBuilder
@@ -138,6 +139,7 @@ class CoexecEngine:
         self.learned = learned
         self.whole = program == "whole"
         self.program: Program | None = None  # the whole program of the current TraceGraph
+        self.whole_program: WholeProgram | None = None  # its executor
         self.program_error: str | None = None
         self.max_fallbacks = max_fallbacks
         self.ready = bool(learned.index.entries) and learned.builder.traces > 0
@@ -187,15 +189,24 @@ class CoexecEngine:
             return contextlib.nullcontext()
         coexec = self.ready and not self.gave_up
         program = self._program() if coexec and self.whole else None
-        self.runner.begin(root_frame, iteration, coexec=coexec, program=program)
+        plan = None if program is None else lambda: self._whole_program().begin(program, iteration)
+        self.runner.begin(root_frame, iteration, coexec=coexec, plan=plan)
         return capture.capturing(self.runner)
+
+    def _whole_program(self) -> WholeProgram:
+        """The executor of the whole program (made on first use)."""
+        if self.whole_program is None:
+            runner = self.runner
+            self.whole_program = WholeProgram(runner.handles, self.learned.index.fetched_nodes,
+                                              self.learned.locations, runner.kept)
+        return self.whole_program
 
     def _program(self) -> Program | None:
         """The whole program of the current TraceGraph (generated again when it grew, or to hold
         the constants learned); None, with a warning once, when the TraceGraph cannot be one
         program (segments then)."""
         graph = self.learned.builder.finish()
-        whole = self.runner.whole
+        whole = self.whole_program
         old = self.program
         if old is not None and old.graph is graph:
             constants = whole.constants(old) if whole is not None else None
@@ -301,5 +312,5 @@ class CoexecEngine:
 
     @property
     def graph_spans(self) -> list[RunnerSpan]:
-        whole = self.runner.whole
+        whole = self.whole_program
         return self.runner.graph.spans + (whole.spans if whole is not None else [])

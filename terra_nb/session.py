@@ -315,7 +315,7 @@ class Terra:
         lanes = {}
         runner = getattr(self._engine, "runner", None)
         if runner is not None:
-            whole = runner.whole
+            whole = self._engine.whole_program
             lanes = {"segments": runner.graph.spans, "whole": whole.spans if whole else ()}
         with self._span_lock:  # the loop's thread and a view's may ask at once
             self._spans.add(python)

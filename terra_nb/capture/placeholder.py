@@ -30,15 +30,17 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
     """An op output that the GraphRunner has not computed (or handed over) yet."""
 
     def __init__(self, spec: tuple, producer: Materialiser, node: int, output: int,
-                 device: str = "") -> None:
+                 device: str = "", owner: Any = None) -> None:
         """``spec``: (tf.DType, TensorShape, call-signature form), made once per TraceGraph
-        output; the PythonRunner creates one placeholder per answered op output."""
+        output; the PythonRunner creates one placeholder per answered op output. ``owner``:
+        the executor that computes it, the only writer of its value and of the fields below."""
         self._id = ops.uid()
         self._dtype, self._shape_val, self.sig = spec
         self._producer = producer
         self.node = node
         self.output = output
         self._device = device  # where its op runs: the user's tf.device scope ("": default)
+        self.owner = owner
         self.value = None  # the real EagerTensor, once known
         self.item = None  # the GraphRunner work item that computes it, once flushed
         self._taped = False

@@ -15,7 +15,7 @@ import contextlib
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 from tensorflow.python.eager import context, execute
@@ -25,13 +25,22 @@ from ..capture.attrs import string_attr
 from ..errors import TerraError
 
 
+class Wire(NamedTuple):
+    """Where an op input of a segment comes from: ``op``, output ``output`` of the segment's op at
+    ``index``; ``arg``, the function argument ``index``; ``var``, the variable handle whose key
+    is ``index`` (captured)."""
+
+    kind: str
+    index: int
+    output: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentOp:
     node: int
     op_type: str
     attrs: tuple[tuple[str, Any], ...]
-    # ("op", position, output) | ("arg", index, 0) | ("var", handle key, 0)
-    inputs: tuple[tuple[str, int, int], ...]
+    inputs: tuple[Wire, ...]
     n_outputs: int
     device: str = ""  # the device scope Python issued it in ("": the default)
 

@@ -1,10 +1,11 @@
 """Running the whole program: the PythonRunner's side of the channels, and the program's thread.
 
-``WholeProgram`` is used by the PythonRunner in ``Terra(program="whole")``. Each co-executed
-iteration is one run of the generated program (``program_plan.py``) in the ``ProgramThread``. For each
-op Python issues, ``issue`` follows the path (``PathWalker``) and sends the decisions and the fed
-values the program reads at that op; a fetch takes values from the fetch queues, in order. The
-program commits the iteration's variable writes when ``end`` sends the last decision.
+``WholeProgram`` is the ``Executor`` (executor.py) of ``Terra(program="whole")``. Each
+co-executed iteration is one run of the generated program (``program_plan.py``) in the
+``ProgramThread``. For each op Python issues, ``issue`` follows the path (``PathWalker``) and
+sends the decisions and the fed values the program reads at that op; a fetch takes values from the
+fetch queues, in order. The program commits the iteration's variable writes when
+``end_iteration`` sends the last decision.
 
 On a divergence (an op, a path or a read the program does not hold), ``abandon`` lets the earlier
 iterations commit, closes this iteration's channels (nothing of it was committed) and replays the
@@ -29,12 +30,14 @@ from tensorflow.python.eager import record
 from tensorflow.python.framework import errors
 
 from .. import capture
+from ..capture.location import LocationTable
 from ..capture.placeholder import Placeholder
 from ..timeline import RunnerSpan
 from ..trace.records import Source
 from .control_flow import PathError, PathWalker
+from .executor import IssuedOp, KeptPlaceholders
 from .graph_runner import real_argument
-from .lower import make_segment, run_segment
+from .lower import Wire, make_segment, run_segment
 from .program_plan import Channels, Constant, Program, small_value
 from .program_wiring import FEED, variable_key
 
@@ -106,9 +109,14 @@ class WholeProgram:
     max_rebuilds = 3
     batch = 256  # decisions and feeds held back at most before they are sent
 
-    def __init__(self, handles: dict[int, Any], read_nodes: set[int]) -> None:
+    claims_pure_calls = True  # a value carried from a traced iteration is the program's work
+
+    def __init__(self, handles: dict[int, Any], read_nodes: set[int], locations: LocationTable,
+                 kept: KeptPlaceholders) -> None:
         self.handles = handles  # variable handle id -> handle (for replay)
         self.read_nodes = read_nodes  # TraceGraph nodes whose values Python read
+        self.locations = locations
+        self.kept = kept
         self.thread = ProgramThread()
         self.program: Program | None = None
         self.channels: Channels | None = None
@@ -139,7 +147,7 @@ class WholeProgram:
 
     # -- iterations -------------------------------------------------------------------------
 
-    def begin(self, program: Program, iteration: int) -> None:
+    def begin(self, program: Program, iteration: int) -> WholeProgram:
         """Start a co-executed iteration: queue the program's run for it."""
         if program is not self.program:
             self._runs_of_program = 0
@@ -162,6 +170,14 @@ class WholeProgram:
         self.thread.submit(program, self.channels, iteration)
         self.submitted += 1
         self._ticket = self.submitted
+        return self
+
+    def computes(self, entry) -> bool:
+        return entry.node not in self.program.python_side
+
+    def catch_up(self) -> None:
+        raise PathError("an op Python must run for real: the program cannot hand over its "
+                        "state mid-iteration")
 
     def escaping(self) -> list:
         """This iteration's placeholders Python still holds that the program does not fetch:
@@ -169,8 +185,14 @@ class WholeProgram:
         return [ph for _, _, refs in self._records for ref in refs
                 if (ph := ref()) is not None and ph.value is None and not ph.queued]
 
-    def end(self) -> None:
-        """Finish the iteration: the program commits once it has run to the end."""
+    def end_iteration(self) -> None:
+        """Finish the iteration: the program commits once it has run to the end. ``PathError``
+        when a placeholder the program does not fetch outlives it."""
+        escaping = self.escaping()
+        if escaping:
+            error = PathError(f"a value of node {escaping[0].node} outlives the iteration")
+            error.escaping = escaping
+            raise error
         self._decisions += self._walker.finish()
         self.flush()
         self._walker = None
@@ -178,11 +200,14 @@ class WholeProgram:
 
     # -- ops --------------------------------------------------------------------------------
 
-    def issue(self, entry, flat: list, outs: list, boundary: int | None = None,
-              loops: tuple[int, ...] = ()) -> int:
-        """Send what the program reads at ``entry``'s node; raise ``PathError`` if it cannot.
-        ``boundary``/``loops``: see ``PathWalker.step``. Returns the number of inputs fed."""
-        matched, decisions = self._walker.step(entry.node, boundary, loops)
+    def issue(self, op: IssuedOp) -> int:
+        """Send what the program reads at ``op``'s node; raise ``PathError`` if it cannot.
+        Returns the number of inputs fed."""
+        entry, flat, outs = op.entry, op.inputs, op.outputs
+        prev = op.prev_loc  # where a new trip begins tells paths apart (``PathWalker.step``)
+        boundary = None if prev is None else self.locations.boundary(prev, op.loc)
+        matched, decisions = self._walker.step(entry.node, boundary,
+                                               self.locations.locations[op.loc].loops)
         node = self.program.graph.nodes[matched]
         if len(flat) != len(node.sources) or entry.attrs != node.attrs:
             raise PathError(f"node {node.id} called with other attributes or input count")
@@ -206,6 +231,7 @@ class WholeProgram:
             outs[k].queued = True
             self._fetch_order[node.outputs[k].dtype].append((self._iteration, weakref.ref(outs[k])))
         self._records.append((entry, tuple(wiring), [weakref.ref(o) for o in outs]))
+        self.kept.add(outs)  # any of them may outlive the loop
         self._decisions += decisions
         self._feeds += feeds
         if node.id in self.read_nodes or len(self._decisions) + len(self._feeds) >= self.batch:
@@ -225,7 +251,7 @@ class WholeProgram:
         elif self._latest[(source, k)] != id(x):
             # inside a loop the program keeps the latest value of a node
             raise PathError(f"node {node.id} reads an earlier trip's value of node {source}")
-        return ("op", pos, k)
+        return Wire("op", pos, k)
 
     def _variable(self, node, x) -> tuple:
         """A variable input: it must be the variable the program captured there."""
@@ -233,7 +259,7 @@ class WholeProgram:
             raise PathError(f"node {node.id} reads another variable")
         if x._id not in self.handles:
             self.handles[x._id] = x
-        return ("var", x._id, 0)
+        return Wire("var", x._id)
 
     def _fed(self, node, i: int, x, options: tuple, decisions: list, feeds: list) -> tuple:
         """An input Python supplies: checked against a constant the program holds, or fed."""
@@ -255,7 +281,7 @@ class WholeProgram:
         if len(options) > 1:
             decisions.append(choice)
         self._args.append(value)
-        return ("arg", len(self._args) - 1, 0)
+        return Wire("arg", len(self._args) - 1)
 
     def flush(self) -> None:
         """Send the decisions and feeds held back (one enqueue for all decisions)."""
@@ -423,6 +449,10 @@ class WholeProgram:
             return run_segment(segment, args, self.handles)
 
     # -- between iterations -----------------------------------------------------------------
+
+    def sync(self, deliver: bool = True) -> None:
+        """See ``settle``."""
+        self.settle(deliver)
 
     def settle(self, deliver: bool = True) -> None:
         """Wait until every submitted run has finished (committed) and take its fetches; raise a

@@ -13,6 +13,7 @@ from tensorflow.python.framework import op_def_registry
 from ..capture.signature import ITERATOR_OPS
 from ..trace.records import Source
 from ..trace.tracegraph import TraceGraph, TraceNode
+from .call_args import SHAPE_OPS
 from .control_flow import Block, CaseItem, LoopItem, ProgramError, op_nodes
 
 FEED = "feed"  # the candidate of an op input fed from Python (a feed or a carried value)
@@ -22,8 +23,6 @@ VARIABLE_OPS = frozenset(
 WRITES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
 
 
-# Folded by the PythonRunner from static shapes (its SHAPE_RULES): Python computes them.
-SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 
 
 def python_side(graph: TraceGraph) -> frozenset[int]:

@@ -196,7 +196,7 @@ def many_small_iterations(loop):
 
 def test_two_hundred_iterations_keep_bookkeeping_bounded():
     terra = compare(many_small_iterations, WHOLE)
-    whole = terra._engine.runner.whole
+    whole = terra._engine.whole_program
     assert len(whole._unfinished) <= 3
     assert sum(len(o) for o in whole._fetch_order.values()) <= 3
 
