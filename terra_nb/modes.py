@@ -197,7 +197,8 @@ class CoexecEngine:
         """The executor of the whole program (made on first use)."""
         if self.whole_program is None:
             runner = self.runner
-            self.whole_program = WholeProgram(runner.handles, self.learned.index.fetched_nodes,
+            self.whole_program = WholeProgram(runner.graph, runner.handles,
+                                              self.learned.index.fetched_nodes,
                                               self.learned.locations, runner.kept)
         return self.whole_program
 
@@ -312,5 +313,4 @@ class CoexecEngine:
 
     @property
     def graph_spans(self) -> list[RunnerSpan]:
-        whole = self.whole_program
-        return self.runner.graph.spans + (whole.spans if whole is not None else [])
+        return self.runner.graph.spans

@@ -128,7 +128,7 @@ class Terra:
         self._engine: Any = None
         self._stats: list[IterationStats] = []
         self._spans = SpanLog(keep_spans)
-        self._graph_feeds: dict[str, SpanFeed] = {}
+        self._graph_feed = SpanFeed()
         self._span_lock = threading.Lock()
         self._fallbacks: list[Fallback] = []
         self._listeners: list[Callable[[IterationStats], None]] = []
@@ -311,16 +311,12 @@ class Terra:
         )
 
     def _take_graph_spans(self, python: Iterable[RunnerSpan] = ()) -> None:
-        """Log ``python`` spans and the GraphRunner's new spans (written by its threads)."""
-        lanes = {}
+        """Log ``python`` spans and the GraphRunner's new spans (written by its thread)."""
         runner = getattr(self._engine, "runner", None)
-        if runner is not None:
-            whole = self._engine.whole_program
-            lanes = {"segments": runner.graph.spans, "whole": whole.spans if whole else ()}
         with self._span_lock:  # the loop's thread and a view's may ask at once
             self._spans.add(python)
-            for name, source in lanes.items():
-                self._spans.add(self._graph_feeds.setdefault(name, SpanFeed()).take(source))
+            if runner is not None:
+                self._spans.add(self._graph_feed.take(runner.graph.spans))
 
 
 def _exec_spans(iteration: int, phase: str, start: float, end: float, stalls) -> list[RunnerSpan]:

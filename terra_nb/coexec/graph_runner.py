@@ -1,6 +1,10 @@
-"""The GraphRunner: runs flushed segments, in order, in its own thread.
+"""The GraphRunner: the one thread that runs the graph side of co-execution, in order.
 
-The PythonRunner submits one ``WorkItem`` per flush: a ``Segment`` (plain data), the objects for
+It runs two kinds of work, queued in the order Python issued it: a ``WorkItem`` per segment flush
+(the segment plan), and a ``ProgramRun`` per iteration of the whole program (its executor,
+program_runner.py, feeds the run through its channels while it runs here).
+
+The segment executor submits one ``WorkItem`` per flush: a ``Segment`` (plain data), the objects for
 its arguments, and the placeholders to fill with its returned values. The queue is bounded, so
 Python can run ahead of the graph by a bounded amount of work (back-pressure). Segments are
 compiled once and cached, from the ``compile_after``-th time they run: before that (a path taken
@@ -56,8 +60,57 @@ class WorkItem:
         self.key = None
 
 
+class ProgramRun:
+    """One iteration's run of a whole program; ``runs`` learns how it ended."""
+
+    __slots__ = ("program", "channels", "iteration", "runs")
+
+    def __init__(self, program, channels, iteration: int, runs: ProgramRuns) -> None:
+        self.program = program
+        self.channels = channels
+        self.iteration = iteration
+        self.runs = runs
+
+    phase = "coexec"
+
+    def execute(self) -> None:
+        """Run it (blocks until it commits, or ends when Python closes its channels)."""
+        runs = self.runs
+        try:
+            if self.channels.closed:  # a failed or abandoned run's: what is left is not ours
+                return
+            with capture.bypass():
+                self.program.run(self.channels)
+        except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
+            runs.abandoned += 1  # dropped by Python (a divergence): nothing was committed
+        except BaseException as error:  # a failing op: Python raises it at its next wait
+            with runs.cond:
+                runs.error, runs.error_iteration = error, self.iteration
+            self.channels.close()
+        finally:
+            with runs.cond:
+                runs.done += 1
+                runs.cond.notify_all()
+
+
+class ProgramRuns:
+    """How the whole program's runs ended: counted in order, with the first failure."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+        self.error_iteration = -1  # the iteration whose run failed
+        self.done = 0  # runs finished (committed, abandoned or failed), in order
+        self.abandoned = 0  # runs dropped on a divergence
+        self.cond = threading.Condition()
+
+    def wait(self, count: int) -> None:
+        """Block until ``count`` runs have finished."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.done >= count)
+
+
 class GraphRunner:
-    """Executes work items in submission order on a background thread."""
+    """Executes work items and program runs in submission order on a background thread."""
 
     max_compiled = 256  # compiled segments kept
 
@@ -101,6 +154,12 @@ class GraphRunner:
         self._queue.join()  # everything issued before it runs first
         with capture.bypass(), record.stop_recording():  # not Python's ops: nothing to record
             self._process(item, segment)
+
+    def run_program(self, run: ProgramRun) -> None:
+        """Queue a whole program's run for an iteration (runs after the work queued before)."""
+        if not self._thread.is_alive():
+            raise TerraError("the GraphRunner has stopped; this Terra loop cannot continue")
+        self._queue.put(run)
 
     def _to_interpret(self, item: WorkItem, sightings: int) -> Segment | None:
         """The segment to run op by op in this thread: one not worth compiling yet, or one
@@ -171,7 +230,10 @@ class GraphRunner:
                 "graph", "stall", item.iteration, item.phase, idle_since, time.perf_counter()
             ))
             try:
-                self._process(item)
+                if type(item) is ProgramRun:
+                    self._run_program(item)
+                else:
+                    self._process(item)
             finally:
                 idle_since = time.perf_counter()
                 self._queue.task_done()
@@ -194,6 +256,14 @@ class GraphRunner:
             self.spans.append(RunnerSpan("graph", "exec", item.iteration, item.phase, start, end))
             item.release()
             item.done.set()
+
+    def _run_program(self, run: ProgramRun) -> None:
+        start = time.perf_counter()
+        try:
+            run.execute()
+        finally:
+            self.spans.append(RunnerSpan("graph", "exec", run.iteration, "coexec", start,
+                                         time.perf_counter()))
 
     def _execute(self, item: WorkItem) -> None:
         function = self._cache.get(item.key)

@@ -1,11 +1,11 @@
-"""Running the whole program: the PythonRunner's side of the channels, and the program's thread.
+"""Running the whole program: the PythonRunner's side of the channels.
 
 ``WholeProgram`` is the ``Executor`` (executor.py) of ``Terra(program="whole")``. Each
-co-executed iteration is one run of the generated program (``program_plan.py``) in the
-``ProgramThread``. For each op Python issues, ``issue`` follows the path (``PathWalker``) and
-sends the decisions and the fed values the program reads at that op; a fetch takes values from the
-fetch queues, in order. The program commits the iteration's variable writes when
-``end_iteration`` sends the last decision.
+co-executed iteration is one run of the generated program (``program_plan.py``) on the
+GraphRunner's thread (a ``ProgramRun``). For each op Python issues, ``issue`` follows the path
+(``PathWalker``) and sends the decisions and the fed values the program reads at that op; a fetch
+takes values from the fetch queues, in order. The program commits the iteration's variable writes
+when ``end_iteration`` sends the last decision.
 
 On a divergence (an op, a path or a read the program does not hold), ``abandon`` lets the earlier
 iterations commit, closes this iteration's channels (nothing of it was committed) and replays the
@@ -17,9 +17,6 @@ raises eager's own error after eager's updates, and drops what Python issued aft
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
 import weakref
 from collections import deque
 from typing import Any
@@ -32,67 +29,13 @@ from tensorflow.python.framework import errors
 from .. import capture
 from ..capture.location import LocationTable
 from ..capture.placeholder import Placeholder
-from ..timeline import RunnerSpan
 from ..trace.records import Source
 from .control_flow import PathError, PathWalker
 from .executor import IssuedOp, KeptPlaceholders
-from .graph_runner import real_argument
+from .graph_runner import GraphRunner, ProgramRun, ProgramRuns, real_argument
 from .lower import Wire, make_segment, run_segment
 from .program_plan import Channels, Constant, Program, small_value
 from .program_wiring import FEED, variable_key
-
-
-class ProgramThread:
-    """Runs one program call per co-executed iteration, in order, in its own thread."""
-
-    def __init__(self) -> None:
-        self._queue: queue.Queue = queue.Queue()
-        self.spans: list[RunnerSpan] = []
-        self.error: BaseException | None = None
-        self.error_iteration = -1  # the iteration whose run failed
-        self.done = 0  # iterations finished (committed, abandoned or failed), in order
-        self.abandoned = 0  # runs dropped on a divergence
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="terra-graph-runner", daemon=True)
-        self._thread.start()
-
-    def submit(self, program: Program, channels: Channels, iteration: int) -> None:
-        """Queue a run (runs finish in the order they were queued)."""
-        self._queue.put((program, channels, iteration))
-
-    def wait(self, count: int) -> None:
-        """Block until ``count`` runs have finished."""
-        with self._cond:
-            self._cond.wait_for(lambda: self.done >= count)
-
-    def close(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
-
-    def _run(self) -> None:
-        idle = time.perf_counter()
-        while (work := self._queue.get()) is not None:
-            program, channels, iteration = work
-            start = time.perf_counter()
-            self.spans.append(RunnerSpan("graph", "stall", iteration, "coexec", idle, start))
-            try:
-                if channels.closed:  # a failed or abandoned run's: what is left is not ours
-                    continue
-                with capture.bypass():
-                    program.run(channels)
-            except (errors.OutOfRangeError, errors.CancelledError):
-                self.abandoned += 1  # dropped by Python (a divergence): nothing was committed
-            except BaseException as error:  # a failing op: Python raises it at its next wait
-                with self._cond:
-                    self.error, self.error_iteration = error, iteration
-                channels.close()
-            finally:
-                idle = time.perf_counter()
-                self.spans.append(RunnerSpan("graph", "exec", iteration, "coexec", start, idle))
-                with self._cond:
-                    self.done += 1
-                    self._cond.notify_all()
 
 
 class WholeProgram:
@@ -111,13 +54,14 @@ class WholeProgram:
 
     claims_pure_calls = True  # a value carried from a traced iteration is the program's work
 
-    def __init__(self, handles: dict[int, Any], read_nodes: set[int], locations: LocationTable,
-                 kept: KeptPlaceholders) -> None:
+    def __init__(self, graph: GraphRunner, handles: dict[int, Any], read_nodes: set[int],
+                 locations: LocationTable, kept: KeptPlaceholders) -> None:
         self.handles = handles  # variable handle id -> handle (for replay)
         self.read_nodes = read_nodes  # TraceGraph nodes whose values Python read
         self.locations = locations
         self.kept = kept
-        self.thread = ProgramThread()
+        self.graph = graph  # runs the program, an iteration a run
+        self.runs = ProgramRuns()
         self.program: Program | None = None
         self.channels: Channels | None = None
         self.submitted = 0
@@ -141,10 +85,6 @@ class WholeProgram:
         self._runs_of_program = 0  # co-executed iterations of the current program
         self.rebuilds = 0
 
-    @property
-    def spans(self) -> list[RunnerSpan]:
-        return self.thread.spans
-
     # -- iterations -------------------------------------------------------------------------
 
     def begin(self, program: Program, iteration: int) -> WholeProgram:
@@ -160,14 +100,14 @@ class WholeProgram:
         self._iteration = iteration
         self.failed = None
         self._drain(iteration - 2)  # bounded run-ahead: fetched values do not pile up
-        while (self._unfinished and self._unfinished[0][0] <= self.thread.done
-               and self.thread.error is None):  # a failed run's ops are replayed first
+        while (self._unfinished and self._unfinished[0][0] <= self.runs.done
+               and self.runs.error is None):  # a failed run's ops are replayed first
             self._unfinished.popleft()
         self._walker = PathWalker(program.plan, program.same)
         self._records, self._args, self._made = [], [], {}
         self._decisions, self._feeds = [], []
         self._latest = {}
-        self.thread.submit(program, self.channels, iteration)
+        self.graph.run_program(ProgramRun(program, self.channels, iteration, self.runs))
         self.submitted += 1
         self._ticket = self.submitted
         return self
@@ -382,9 +322,9 @@ class WholeProgram:
         """If a run failed: drop every run not committed, replay the failed iteration's ops
         eagerly (which raises eager's own error, with eager's updates up to the failing op),
         and raise that error; what Python issued after it never runs, and reading it raises."""
-        with self.thread._cond:
-            error, failed_iteration = self.thread.error, self.thread.error_iteration
-            self.thread.error = None
+        with self.runs.cond:
+            error, failed_iteration = self.runs.error, self.runs.error_iteration
+            self.runs.error = None
         if error is None:
             return
         failed = next(((r, a) for _, i, r, a in self._unfinished if i == failed_iteration),
@@ -416,12 +356,12 @@ class WholeProgram:
     def abandon(self) -> None:
         """Drop this iteration's run (earlier ones commit first) and give every placeholder of
         the iteration its real value by replaying its ops eagerly."""
-        self.thread.wait(self._ticket - 1)
+        self.runs.wait(self._ticket - 1)
         if self.channels is not None:
             self._drain(self._iteration - 1)
             with capture.bypass():
                 self.channels.close()
-        self.thread.wait(self._ticket)
+        self.runs.wait(self._ticket)
         self.channels = None
         self._walker = None
         self._decisions, self._feeds = [], []
@@ -457,7 +397,7 @@ class WholeProgram:
     def settle(self, deliver: bool = True) -> None:
         """Wait until every submitted run has finished (committed) and take its fetches; raise a
         failure (unless not ``deliver``: then it waits for the next settle)."""
-        self.thread.wait(self.submitted)
+        self.runs.wait(self.submitted)
         if not deliver:
             return
         self._check()
@@ -465,13 +405,16 @@ class WholeProgram:
             self._drain(self._iteration)
 
     def close(self) -> None:
-        """Let every run finish (an iteration left unfinished is dropped) and stop the thread."""
+        """Let every run finish (an iteration left unfinished is dropped); the GraphRunner's
+        thread is stopped by its owner."""
         try:
             if self._walker is not None:  # its run would wait for Python forever
                 self.abandon()  # and its ops run eagerly, as eager ran them
             self.settle()
         finally:
-            self.thread.close()
+            if self.channels is not None:  # a run still waiting for Python would hang the thread
+                with capture.bypass():
+                    self.channels.close()
 
 
 def _fed_index(options: tuple) -> int | None:

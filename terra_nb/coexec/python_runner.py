@@ -169,7 +169,8 @@ class PythonRunner:
     def close(self) -> None:
         """Run every confirmed op, stop the graph side, keep live placeholders usable."""
         try:
-            for plan in self.plans:
+            # the last plan first: a whole program's run waiting for Python holds the thread
+            for plan in reversed(self.plans):
                 plan.close()
         finally:
             self.graph.close()
