@@ -67,7 +67,7 @@ def eval_graph(
     outputs of every op on it by path position. Variables are read and written in place."""
     built, args, handles = path_segment(graph, path, feeds, variables, carried, reads)
     with record.stop_recording():
-        values = run_segment(built, args, handles)
+        values = run_segment(built.segment, args, handles)
     out: dict[int, list[tf.Tensor]] = {p: [] for p in built.positions}
     for (s, _), value in zip(built.segment.returns, values):
         out[built.positions[s]].append(value)
@@ -232,7 +232,8 @@ class _Wiring:
             return self._arg(self.feeds[(p, i)], node, i)
         if (p, i) in self.reads:
             return self._read(p, node, i, *self.reads[(p, i)])
-        options = [s for s in seen if s.kind in ("node", "var")
+        options = [s for s in seen if s.kind == "node" and s.index in self.latest
+                   or s.kind == "var" and s.detail in self.variables
                    or s.kind == "carry" and (s.index, s.output) in self.carried]
         if len(options) > 1:
             raise TerraError(f"{self._input(p, i)} read {_sources(options)} in different "
@@ -241,16 +242,23 @@ class _Wiring:
             raise TerraError(self._missing(p, node, i))
         source = options[0]
         if source.kind == "var":
-            return self._variable(p, i, source.detail)
+            return self._variable(source.detail)
         if source.kind == "carry":
             return self._arg(self.carried[(source.index, source.output)], node, i)
         return self._latest(p, i, source)
 
     def _missing(self, p: int, node: TraceNode, i: int) -> str:
-        carries = [(s.index, s.output) for s in node.sources[i] if s.kind == "carry"]
-        passing = f"feeds[{(p, i)}]" + "".join(f" or carried[{c}]" for c in carries)
-        what = "was fed from Python" if not carries else "read the previous iteration"
-        return f"missing feed: {self._input(p, i)} {what}; pass {passing}"
+        """Why input ``i`` at ``p`` has no value, and what to pass."""
+        seen = node.sources[i]
+        fed = any(s.kind == "feed" for s in seen)
+        wants = [f"feeds[{(p, i)}]"] if fed else []
+        wants += [f"variables[{s.detail!r}]" for s in seen if s.kind == "var"]
+        wants += [f"carried[{(s.index, s.output)}]" for s in seen if s.kind == "carry"]
+        unrun = [f"node {s.index}" for s in seen if s.kind == "node"]
+        return (f"missing {'feed' if fed else 'value'}: {self._input(p, i)} has no value; "
+                f"pass {' or '.join(wants) or f'feeds[{(p, i)}]'}"
+                + (f" (it also read {', '.join(unrun)}, not run before it on this path)"
+                   if unrun else ""))
 
     def _read(self, p: int, node: TraceNode, i: int, q: int, k: int) -> tuple[str, int, int]:
         """Wiring for ``reads[(p, i)] = (q, k)``, checked against the graph."""
@@ -266,12 +274,7 @@ class _Wiring:
 
     def _latest(self, p: int, i: int, source: Source) -> tuple[str, int, int]:
         """Output ``source.output`` of the latest run of node ``source.index`` before ``p``."""
-        q = self.latest.get(source.index)
-        if q is None:
-            raise TerraError(
-                f"{self._input(p, i)} reads {_name(self.graph, source.index)}, which has not "
-                f"run before it on this path; pass feeds[{(p, i)}] if Python fed it"
-            )
+        q = self.latest[source.index]
         inside = {run for run, _ in self.contexts[p]}
         for run, _ in self.contexts[q]:
             loop, trips = self.loops[run]
@@ -293,10 +296,7 @@ class _Wiring:
         self.specs.append((spec.dtype, spec.shape))
         return ("arg", len(self.args) - 1, 0)
 
-    def _variable(self, p: int, i: int, key: str) -> tuple[str, int, int]:
-        if key not in self.variables:
-            raise TerraError(f"{self._input(p, i)} uses variable {key!r}: pass "
-                             f"variables[{key!r}] (a tf.Variable or its handle)")
+    def _variable(self, key: str) -> tuple[str, int, int]:
         index = self.handle_of.get(key)
         if index is None:
             index = self.handle_of[key] = len(self.handle_of)
