@@ -22,12 +22,13 @@ is not this form; ``iteration_path`` gives the walk of a recorded iteration.
    the input's recorded dtype. An input only ever fed from Python must be in ``feeds``.
 2. ``reads[(p, i)] = (q, k)``: output ``k`` of the op at position ``q < p``; ``n`` must have read
    output ``k`` of node ``path[q]`` there in some iteration.
-3. Otherwise the one source the graph leaves: an op output (``node``: the output of its latest
-   run before ``p``), a variable (``var``: ``variables[detail]``, a ``tf.Variable`` or resource
-   handle) or a carried value (``carry``: ``carried[(node, output)]``, the value that node gave in
-   the previous iteration; only a candidate when given). Several candidates, or a node whose
-   latest run was inside a loop of several trips that ``p`` is outside of (which trip's value is
-   meant: the graph does not say), are ambiguous: ``reads`` or ``feeds`` must choose.
+3. Otherwise the one candidate among the sources ``n`` recorded there: an op output (``node``,
+   if that node ran before ``p``: the output of its latest run), a variable (``var``, if
+   ``variables[detail]`` is given: a ``tf.Variable`` or resource handle) or a carried value
+   (``carry``, if ``carried[(node, output)]`` is given: what that node gave in the previous
+   iteration). Several candidates, or a node whose latest run was inside a loop of several trips
+   that ``p`` is outside of (which trip's value is meant: the graph does not say), are ambiguous:
+   ``reads`` or ``feeds`` must choose.
 
 Anything else raises ``TerraError`` naming the position, the node and what to pass. Ops run with
 ``generator.run_segment`` (the engine's own op-by-op execution) on the path made one straight-line
@@ -121,7 +122,7 @@ def _walk(graph: TraceGraph, path: list[int]) -> tuple[list[tuple], dict[int, tu
         if b not in allowed:
             raise TerraError(
                 f"path position {p}: {_name(graph, b)} does not follow {_name(graph, a)}; "
-                f"after it come {_names(graph, allowed)}"
+                f"after it come {', '.join(map(str, allowed)) or 'no nodes: the path ends'}"
             )
         _enter_or_leave(graph, a, b, open_runs, loops)
         contexts.append(tuple((run, loops[run][1]) for run in open_runs))
@@ -158,15 +159,12 @@ def _enter_or_leave(graph: TraceGraph, a: int, b: int, open_runs: list[int],
 
 
 def _name(graph: TraceGraph, n: int) -> str:
+    """Node ``n`` for messages: its op and source line, or its kind and loop."""
     node = graph.nodes[n]
     if node.kind == "op":
         return f"node {n} ({node.op_type} at {node.location})"
     where = "" if node.parent == -1 else f" of loop node {node.parent}'s body"
     return f"node {n} ({node.kind}{where})"
-
-
-def _names(graph: TraceGraph, nodes: tuple[int, ...]) -> str:
-    return ", ".join(f"node {n}" for n in nodes) or "no nodes (the path must end here)"
 
 
 # -- wiring the path's ops --------------------------------------------------------------------
@@ -189,6 +187,7 @@ class _Wiring:
         self.segment_of: dict[int, int] = {}  # path position -> segment op
 
     def build(self) -> tuple[PathSegment, list, dict[int, Any]]:
+        """The path's ops, wired in path order, with their arguments and handles."""
         self._check_keys()
         ops, positions = [], []
         for p, n in enumerate(self.path):
@@ -211,16 +210,13 @@ class _Wiring:
     def _check_keys(self) -> None:
         """Every key of ``feeds`` and ``reads`` names an input of an op on the path."""
         for what, keys in (("feeds", self.feeds), ("reads", self.reads)):
-            for key in keys:
-                p, i = key
+            for p, i in keys:
                 n = self.path[p] if 0 <= p < len(self.path) else None
                 node = None if n is None else self.graph.nodes[n]
                 if node is None or node.kind != "op" or not 0 <= i < len(node.sources):
-                    held = "nothing" if n is None else _name(self.graph, n)
-                    raise TerraError(
-                        f"{what}[{key}]: keys are (path position, input index) of an op on the "
-                        f"path; position {p} holds {held}"
-                    )
+                    raise TerraError(f"{what}[{(p, i)}]: keys are (path position, input index) of "
+                                     f"an op on the path; position {p} holds "
+                                     f"{'nothing' if n is None else _name(self.graph, n)}")
 
     def input(self, p: int, node: TraceNode, i: int) -> tuple[str, int, int]:
         """The wiring of input ``i`` of ``node``, run at path position ``p``."""
@@ -287,6 +283,7 @@ class _Wiring:
         return ("op", self.segment_of[q], source.output)
 
     def _arg(self, value: Any, node: TraceNode, i: int) -> tuple[str, int, int]:
+        """A value from outside as a segment argument, of the input's recorded dtype."""
         spec = node.input_specs[i]
         if spec.dtype == "resource":
             value = getattr(value, "handle", value)
@@ -297,6 +294,7 @@ class _Wiring:
         return ("arg", len(self.args) - 1, 0)
 
     def _variable(self, key: str) -> tuple[str, int, int]:
+        """The handle of ``variables[key]`` (one handle index per variable)."""
         index = self.handle_of.get(key)
         if index is None:
             index = self.handle_of[key] = len(self.handle_of)
@@ -308,15 +306,10 @@ class _Wiring:
 
 
 def _sources(sources) -> str:
-    return ", ".join(_source(s) for s in sources)
-
-
-def _source(s: Source) -> str:
-    if s.kind == "node":
-        return f"node {s.index} output {s.output}"
-    if s.kind == "carry":
-        return f"node {s.index} output {s.output} of the previous iteration"
-    return f"{s.kind} {s.detail}"
+    """Recorded sources for messages."""
+    text = {"node": "node {} output {}", "carry": "node {} output {} of the previous iteration"}
+    return ", ".join(text.get(s.kind, "{2} {3}").format(s.index, s.output, s.kind, s.detail)
+                     for s in sources)
 
 
 # -- recorded iterations ----------------------------------------------------------------------
@@ -362,6 +355,7 @@ def iteration_path(graph: TraceGraph, trace: Trace) -> IterationPath:
 
 def _trace_block(graph: TraceGraph, items: Block, start: int, end: int, path: list[int],
                  positions: dict[int, int]) -> None:
+    """Append the walk of ``items`` from region node ``start`` to ``end`` to ``path``."""
     path.append(start)
     current = start
     for item in items:
@@ -393,6 +387,7 @@ def _successor(graph: TraceGraph, current: int, item) -> int:
 
 
 def _key(node: TraceNode) -> tuple:
+    """The key merging matched ``node`` by (``merge.GraphBuilder._step``)."""
     if node.kind == "loop":
         return ("loop", node.loop)
     return (node.kind, node.op_type, node.attrs, node.loc, node.input_specs, node.outputs)

@@ -378,3 +378,25 @@ def test_read_the_graph_never_saw_raises(small):
     with pytest.raises(TerraError, match=rf"reads\[\({p}, {i}\)\] = \(1, {k}\): .*never read"):
         eval_graph(graph, walk.path, feeds, fresh_variables(it), reads={(p, i): (1, k)})
     assert q != 1
+
+
+def test_loop_node_not_followed_by_its_body_raises(rnn):
+    it = rnn.iterations[1]
+    walk = iteration_path(rnn.graph, it.trace)
+    (loop,) = rnn.graph.nodes_of("loop")
+    at = walk.path.index(loop.id)
+    path = walk.path[: at + 1] + walk.path[at + 2 :]  # the first trip's body start left out
+    with pytest.raises(TerraError, match=rf"position {at + 1}: node \d+ .* does not follow node "
+                                         rf"{loop.id} \(loop\); after it come {loop.body[0]}$"):
+        eval_graph(rnn.graph, path, feeds_of(it, walk), fresh_variables(it), reads=walk.reads)
+
+
+def test_feed_where_the_graph_never_fed_and_misplaced_keys_raise(small):
+    graph, it, walk, feeds = small
+    (p, i), _ = max(walk.reads.items())
+    with pytest.raises(TerraError, match=rf"feeds\[\({p}, {i}\)\]: input {i} of node "
+                                         rf"{walk.path[p]} .* always read an op's output"):
+        eval_graph(graph, walk.path, {**feeds, (p, i): 1.0}, fresh_variables(it))
+    with pytest.raises(TerraError, match=r"feeds\[\(0, 0\)\]: keys are \(path position, input "
+                                         r"index\) of an op on the path; position 0 holds node 0"):
+        eval_graph(graph, walk.path, {**feeds, (0, 0): 1.0}, fresh_variables(it))
