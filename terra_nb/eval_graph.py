@@ -25,7 +25,7 @@ is not this form; ``iteration_path`` gives the walk of a recorded iteration.
 3. Otherwise the one candidate among the sources ``n`` recorded there: an op output (``node``,
    if that node ran before ``p``: the output of its latest run), a variable (``var``, if
    ``variables[detail]`` is given: a ``tf.Variable`` or resource handle) or a carried value
-   (``carry``, if ``carried[(node, output)]`` is given: what that node gave in the previous
+   (``carry``, if ``carried[(node, output)]`` is given: what that node gave in the last traced
    iteration). Several candidates, or a node whose latest run was inside a loop of several trips
    that ``p`` is outside of (which trip's value is meant: the graph does not say), are ambiguous:
    ``reads`` or ``feeds`` must choose.
