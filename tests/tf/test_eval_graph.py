@@ -18,16 +18,16 @@ import tensorflow as tf
 from programs import branch_on_loss, numpy_on_loss, rnn_variable_length
 
 from terra_nb import capture
-from terra_nb.attrs import split_call
+from terra_nb.capture.attrs import split_call
+from terra_nb.capture.location import LocationTable
+from terra_nb.capture.recorder import TraceRecorder
+from terra_nb.capture.signature import op_type_of
+from terra_nb.coexec.eval_graph import eval_graph, iteration_path, latest_outputs, path_segment
+from terra_nb.coexec.lower import compile_segment
 from terra_nb.errors import TerraError
-from terra_nb.eval_graph import eval_graph, iteration_path, latest_outputs, path_segment
-from terra_nb.generator import compile_segment
-from terra_nb.location import LocationTable
-from terra_nb.merge import GraphBuilder
-from terra_nb.recorder import TraceRecorder
-from terra_nb.signature import op_type_of
-from terra_nb.trace import Trace
-from terra_nb.tracegraph import TraceGraph
+from terra_nb.trace.merge import GraphBuilder
+from terra_nb.trace.records import Trace
+from terra_nb.trace.tracegraph import TraceGraph
 
 
 def _flat(value) -> list:

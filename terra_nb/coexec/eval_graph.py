@@ -46,10 +46,10 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.python.eager import record
 
-from .errors import TerraError
-from .generator import Segment, SegmentOp, interpretable, run_segment
-from .trace import Block, Source, Trace, TraceOp, segment
-from .tracegraph import TraceGraph, TraceNode
+from ..errors import TerraError
+from ..trace.records import Block, Source, Trace, TraceOp, segment
+from ..trace.tracegraph import TraceGraph, TraceNode
+from .lower import Segment, SegmentOp, interpretable, run_segment
 
 Key = tuple[int, int]  # (path position, input index)
 Read = tuple[int, int]  # (path position of an earlier op, output index)
