@@ -210,11 +210,11 @@ class CoexecEngine:
         whole = self.whole_program
         old = self.program
         if old is not None and old.graph is graph:
-            constants = whole.constants(old) if whole is not None else None
+            constants = whole.learner.constants(old) if whole is not None else None
             if constants is None:
                 return old
         else:  # the graph grew: keep holding what the old program held and still holds
-            constants = whole.kept_constants(old) if whole is not None and old else None
+            constants = whole.learner.kept_constants(old) if whole is not None and old else None
         if self.program_error is not None:
             return None
         self.runner.sync()  # the old program's runs finish first
@@ -222,7 +222,7 @@ class CoexecEngine:
             self.program = build_program(graph, self.learned.handles, constants)
         except ProgramError as error:
             if old is not None and old.graph is graph:  # only the constants failed: keep it
-                whole.max_rebuilds = whole.rebuilds
+                whole.learner.max_rebuilds = whole.learner.rebuilds
                 return old
             self.program, self.program_error = None, str(error)
             warnings.warn(f"terra-nb: co-executing in segments, not one program: {error}",

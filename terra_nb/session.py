@@ -103,20 +103,7 @@ class Terra:
         ``switch_case``/``while_loop`` (coexec mode only; see ``Terra.program``); ``learned``:
         continue from an earlier Terra on the same code; ``keep_spans``: the runner spans of
         this many last iterations are kept for the timeline (older ones only counted)."""
-        if mode not in MODES:
-            raise TerraUsageError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
-        if not isinstance(max_fallbacks, int) or max_fallbacks < 1:
-            raise TerraUsageError(f"max_fallbacks must be an int >= 1, got {max_fallbacks!r}")
-        if not isinstance(compile_after, int) or compile_after < 1:
-            raise TerraUsageError(f"compile_after must be an int >= 1, got {compile_after!r}")
-        if program not in ("segments", "whole"):
-            raise TerraUsageError(f"program must be 'segments' or 'whole', got {program!r}")
-        if program == "whole" and mode != "coexec":
-            raise TerraUsageError(f"program='whole' needs mode='coexec', not {mode!r}")
-        if not isinstance(keep_spans, int) or keep_spans < 1:
-            raise TerraUsageError(f"keep_spans must be an int >= 1, got {keep_spans!r}")
-        if learned is not None and not isinstance(learned, Learned):
-            raise TerraUsageError("learned= takes the .learned of an earlier Terra")
+        _check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned)
         self.mode = mode
         self.max_fallbacks = max_fallbacks
         self.strict = strict
@@ -317,6 +304,22 @@ class Terra:
             self._spans.add(python)
             if runner is not None:
                 self._spans.add(self._graph_feed.take(runner.graph.spans))
+
+
+def _check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned) -> None:
+    """Raise ``TerraUsageError`` naming the first option of ``Terra(...)`` that is off."""
+    if mode not in MODES:
+        raise TerraUsageError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    for name, value in (("max_fallbacks", max_fallbacks), ("compile_after", compile_after),
+                        ("keep_spans", keep_spans)):
+        if not isinstance(value, int) or value < 1:
+            raise TerraUsageError(f"{name} must be an int >= 1, got {value!r}")
+    if program not in ("segments", "whole"):
+        raise TerraUsageError(f"program must be 'segments' or 'whole', got {program!r}")
+    if program == "whole" and mode != "coexec":
+        raise TerraUsageError(f"program='whole' needs mode='coexec', not {mode!r}")
+    if learned is not None and not isinstance(learned, Learned):
+        raise TerraUsageError("learned= takes the .learned of an earlier Terra")
 
 
 def _exec_spans(iteration: int, phase: str, start: float, end: float, stalls) -> list[RunnerSpan]:

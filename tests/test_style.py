@@ -1,5 +1,7 @@
 """The codebase is ruff clean (the README's test command checks style too)."""
 
+import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -20,3 +22,41 @@ def test_ruff_clean():
         text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _python_files() -> list[Path]:
+    return sorted(p for top in ("terra_nb", "kernel_ext") for p in (ROOT / top).rglob("*.py"))
+
+
+def test_modules_are_under_400_lines():
+    long = {str(p.relative_to(ROOT)): n for p in _python_files()
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, f"split these modules (one module, one idea): {long}"
+
+
+def test_functions_are_under_50_lines():
+    long = []
+    for path in _python_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 50:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines})")
+    assert not long, "shorten these functions:\n" + "\n".join(long)
+
+
+def test_stage_imports_point_one_way():
+    """Plain data at the bottom (trace/), then capture/, then coexec/; the engine never imports
+    the views or the extension, and trace/ never imports TensorFlow."""
+    below = {"trace": set(), "capture": {"trace"}, "coexec": {"trace", "capture"}}
+    wrong = []
+    for stage, allowed in below.items():
+        for path in sorted((ROOT / "terra_nb" / stage).glob("*.py")):
+            text = path.read_text()
+            for other in ("trace", "capture", "coexec", "views"):
+                if other != stage and other not in allowed and re.search(
+                        rf"^\s*from \.\.(?:{other}\b| import {other}\b)", text, re.M):
+                    wrong.append(f"{stage}/{path.name} imports {other}")
+            if stage == "trace" and re.search(r"^\s*(import|from) tensorflow", text, re.M):
+                wrong.append(f"trace/{path.name} imports TensorFlow")
+    assert not wrong, wrong

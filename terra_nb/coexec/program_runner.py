@@ -34,7 +34,8 @@ from .control_flow import PathError, PathWalker
 from .executor import IssuedOp, KeptPlaceholders
 from .graph_runner import GraphRunner, ProgramRun, ProgramRuns, real_argument
 from .lower import Wire, make_segment, run_segment
-from .program_plan import Channels, Constant, Program, small_value
+from .program_constants import Constant, ConstantLearner
+from .program_plan import Channels, Program
 from .program_wiring import FEED, variable_key
 
 
@@ -42,14 +43,12 @@ class WholeProgram:
     """The PythonRunner's side of whole-program co-execution (see the module docstring).
 
     Small values Python feeds that stay the same (Keras's Python floats, as tensors) cost a
-    queue round trip each; after ``learn_iterations`` iterations in a program, the engine
-    regenerates it holding them as constants (``constants``), at most ``max_rebuilds`` times.
+    queue round trip each; ``learner`` (program_constants.py) tells when the engine should
+    regenerate the program holding them as constants.
     Decisions and feeds are held back and sent together (``flush``): when Python issued an op
     whose value it read in an earlier iteration (``read_nodes``), before it waits for a value, at
     the end of the iteration, and every ``batch`` of them."""
 
-    learn_iterations = 2
-    max_rebuilds = 3
     batch = 256  # decisions and feeds held back at most before they are sent
 
     claims_pure_calls = True  # a value carried from a traced iteration is the program's work
@@ -79,19 +78,13 @@ class WholeProgram:
         # records, args), kept to replay the one whose run fails.
         self._unfinished: deque = deque()
         self.failed: BaseException | None = None  # a run failed: the error Python was given
-        # Fed values learned in co-execution: (node, input) -> the one value seen so far
-        self._values: dict[tuple[int, int], Constant] = {}
-        self.varying: set[tuple[int, int]] = set()  # fed inputs that took several values
-        self._runs_of_program = 0  # co-executed iterations of the current program
-        self.rebuilds = 0
+        self.learner = ConstantLearner()  # fed values that stay the same
 
     # -- iterations -------------------------------------------------------------------------
 
     def begin(self, program: Program, iteration: int) -> WholeProgram:
         """Start a co-executed iteration: queue the program's run for it."""
-        if program is not self.program:
-            self._runs_of_program = 0
-        self._runs_of_program += 1
+        self.learner.count_run(program is not self.program)
         if program is not self.program or self.channels is None:
             self.settle()  # earlier runs use the old program and channels
             with capture.bypass():
@@ -212,12 +205,12 @@ class WholeProgram:
         held = options[choice]
         if type(held) is Constant:
             if not held.holds(value):
-                self.varying.add((node.id, i))
+                self.learner.varying.add((node.id, i))
                 raise PathError(f"input {i} of node {node.id} changed from the value the "
                                 f"program holds")
         else:
             feeds.append((node.input_specs[i].dtype, value))
-            self._learn((node.id, i), value)
+            self.learner.learn((node.id, i), value)
         if len(options) > 1:
             decisions.append(choice)
         self._args.append(value)
@@ -240,41 +233,6 @@ class WholeProgram:
             for dtype, value in feeds:  # one by one: enqueue_many on a queue of unknown
                 # shapes crashes TensorFlow 2.21
                 self.channels.feeds[dtype].enqueue([tf.convert_to_tensor(value, dtype)])
-
-    # -- constants --------------------------------------------------------------------------
-
-    def _learn(self, key: tuple[int, int], value) -> None:
-        """Note a fed value: a small one that stays the same can become a constant."""
-        if key in self.varying or self.rebuilds >= self.max_rebuilds:
-            return
-        seen = self._values.get(key)
-        if seen is not None:
-            if not seen.holds(value):
-                self.varying.add(key)
-            return
-        small = small_value(value)
-        if small is None:
-            self.varying.add(key)
-        else:
-            self._values[key] = Constant(small)
-
-    def constants(self, program: Program) -> dict | None:
-        """The constants a regenerated ``program`` should hold, once the current one has run
-        ``learn_iterations`` iterations and they differ from its own; else None. A constant
-        that changed is always dropped (or every iteration would fall back)."""
-        if any(k in self.varying for k in program.constants):
-            return self.kept_constants(program)
-        if self._runs_of_program < self.learn_iterations or self.rebuilds >= self.max_rebuilds:
-            return None
-        wanted = {k: c.value for k, c in self._values.items() if k not in self.varying}
-        if wanted.keys() == program.constants.keys():
-            return None
-        self.rebuilds += 1
-        return wanted
-
-    def kept_constants(self, program: Program) -> dict:
-        """The constants ``program`` holds that did not change (for its successor)."""
-        return {k: v for k, v in program.constants.items() if k not in self.varying}
 
     def _trip_of(self, node: int, output: int, trips: tuple) -> int | None:
         """The trip of its loop a value was made in, when the program reads it after that loop

@@ -241,9 +241,9 @@ def test_a_branch_inside_a_while_loop_body():
 
 
 def test_a_constant_that_changes_after_the_last_rebuild_is_dropped(monkeypatch):
-    from terra_nb.coexec.program_runner import WholeProgram
+    from terra_nb.coexec.program_constants import ConstantLearner
 
-    monkeypatch.setattr(WholeProgram, "max_rebuilds", 1)  # spent on learning the constants
+    monkeypatch.setattr(ConstantLearner, "max_rebuilds", 1)  # spent on learning the constants
     _, eager = schedule_loop(lambda it: it)
     with Terra(**VARIANT) as terra:
         _, whole = schedule_loop(terra.loop)
