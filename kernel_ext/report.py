@@ -37,6 +37,7 @@ class Status:
     programs: int = 0  # graph segments compiled
     runs_op_by_op: int = 0  # segment runs that executed their ops one by one
     whole_program: str = ""  # the whole program's summary (``--program whole``)
+    plan: str = "segments"  # which plan shape co-executes: "segments" or "whole"
 
     def __str__(self) -> str:
         covered = "never" if self.covered_at is None else f"from iteration {self.covered_at}"
@@ -48,6 +49,7 @@ class Status:
             f"covered     {covered}",
             f"fallbacks   {self.fallbacks}",
             f"TraceGraph  {self.nodes} nodes",
+            f"plan        {PLANS.get(self.plan, self.plan)}",
             f"segments    {self.programs} compiled (the {MAX_COMPILED} most recent kept), "
             f"{self.runs_op_by_op} runs op by op",
         ]
@@ -60,6 +62,13 @@ class Status:
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))
+
+
+PLANS = {
+    "segments": "segments (the default: faster than the whole program on this kind of machine; "
+                "--program whole for one program per iteration)",
+    "whole": "the whole program (one program per iteration, switch_case and while_loop)",
+}
 
 
 def status_of(terra: Any, error: BaseException | None = None) -> Status:
@@ -83,6 +92,7 @@ def status_of(terra: Any, error: BaseException | None = None) -> Status:
         programs=len(terra.programs),
         runs_op_by_op=terra.runs_op_by_op,
         whole_program=_whole_program(terra),
+        plan=getattr(terra, "program_kind", "segments"),
     )
 
 

@@ -154,7 +154,7 @@ class CoexecEngine:
         self._hold = contextlib.ExitStack()
         self.runner = PythonRunner(learned.locations, learned.index, lazy=lazy, xla=xla,
                                    compile_after=compile_after, handles=learned.handles)
-        try:  # the GraphRunner's thread runs: a Ctrl-C (or error) from here on must stop it
+        try:  # the GraphRunner's thread starts in it: a Ctrl-C (or error) must stop it
             self._take_over()
         except BaseException:
             self._hold.close()
@@ -162,13 +162,15 @@ class CoexecEngine:
             raise
 
     def _take_over(self) -> None:
-        """Install what the loop needs (hooks, SIGINT handler, barrier, switch interval), each
-        undone by ``close``. A Ctrl-C meanwhile is raised once all of it is in place."""
+        """Start the GraphRunner and install what the loop needs (hooks, SIGINT handler, barrier,
+        switch interval), each undone by ``close``. A Ctrl-C meanwhile is raised once all of it
+        is in place."""
         interrupts = self.runner.interrupts
         self._hold.callback(interrupts.uninstall)  # uninstalls only what was installed
         interrupts.install()
         interrupts.enter()
         try:
+            self.runner.graph.start()
             capture.hold_placeholders()
             self._hold.callback(capture.release_placeholders)
             capture.set_barrier(self.runner.sync)

@@ -135,6 +135,10 @@ class GraphRunner:
         self._segments: dict[tuple, Segment] = {}
         self._queue: queue.Queue = queue.Queue(maxsize=max_ahead)
         self._thread = threading.Thread(target=self._run, name="terra-graph-runner", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread (where a Ctrl-C is held back: one landing inside ``Thread.start``
+        would leave a thread nobody stops)."""
         self._thread.start()
 
     def submit(self, item: WorkItem) -> None:

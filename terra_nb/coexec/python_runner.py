@@ -87,9 +87,11 @@ class PythonRunner:
         )
         self.lane = PythonLane()
         self.kept = KeptPlaceholders()
+        self.interrupts = DeferredInterrupts()
         # lazy mode is LazyTensor: nothing runs before Python asks for it
-        self.segments = SegmentExecutor(self.graph, self.handles, self.lane, self.kept, lazy=lazy,
-                                        chunk_ops=chunk_ops, prefetch=index.fetched_nodes)
+        self.segments = SegmentExecutor(self.graph, self.handles, self.lane, self.kept,
+                                        self.interrupts, lazy=lazy, chunk_ops=chunk_ops,
+                                        prefetch=index.fetched_nodes)
         self.executor: Executor = self.segments  # this iteration's
         self.plans: list[Executor] = [self.segments]  # every executor used so far
         self.iteration = 0
@@ -98,7 +100,6 @@ class PythonRunner:
         self.divergence: tuple[str, str, str] | None = None  # (reason, op type, location)
         self._context = context.context()
         self._resizable: dict[int, bool] = {}  # variable handle id -> shape not fully defined
-        self.interrupts = DeferredInterrupts()
 
     @property
     def state(self) -> str:

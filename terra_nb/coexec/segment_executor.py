@@ -20,6 +20,7 @@ from ..errors import TerraError
 from ..timeline import RunnerSpan
 from .executor import IssuedOp, KeptPlaceholders
 from .graph_runner import GraphRunner, WorkItem
+from .interrupts import DeferredInterrupts
 from .lower import Wire
 
 _EAGER = ops.EagerTensor
@@ -58,9 +59,10 @@ class SegmentExecutor:
     claims_pure_calls = False
 
     def __init__(self, graph: GraphRunner, handles: dict[int, Any], lane: PythonLane,
-                 kept: KeptPlaceholders, *, lazy: bool, chunk_ops: int,
-                 prefetch: set[int] | frozenset[int]) -> None:
+                 kept: KeptPlaceholders, interrupts: DeferredInterrupts, *, lazy: bool,
+                 chunk_ops: int, prefetch: set[int] | frozenset[int]) -> None:
         self.graph = graph
+        self.interrupts = interrupts  # a Ctrl-C waits until a flush is whole
         self.handles = handles
         self.lane = lane
         self.kept = kept
@@ -109,9 +111,13 @@ class SegmentExecutor:
         (returns at once; in lazy mode, once the graph has run it)."""
         if not self._pending:
             return
-        head = self._pending[:upto] if upto is not None else self._pending
-        self._pending = self._pending[len(head) :]
-        self._submit(head)
+        self.interrupts.enter()  # never half-submitted: placeholders would wait forever
+        try:
+            head = self._pending[:upto] if upto is not None else self._pending
+            self._pending = self._pending[len(head) :]
+            self._submit(head)
+        finally:
+            self.interrupts.leave()
 
     def _submit(self, head: list[IssuedOp]) -> None:
         ops_key, entries, args, outs, fed = _build(head, self.handles)

@@ -41,6 +41,7 @@ def test_status_reports_the_last_run(ran):
     assert "iterations  4 (4 completed)" in str(status)
     assert (status.programs, status.runs_op_by_op) == (len(terra.programs), terra.runs_op_by_op)
     assert f"segments    {status.programs} compiled (the 256 most recent kept), " in str(status)
+    assert "plan        segments (the default" in str(status)
 
 
 def test_status_shows_the_whole_program(ip, no_views):
@@ -51,6 +52,7 @@ def test_status_shows_the_whole_program(ip, no_views):
     assert status.whole_program == terra.program.summary()
     assert "1 cases" in status.whole_program  # the `if i % 2` branch
     assert f"program     {status.whole_program}" in str(status)
+    assert "plan        the whole program" in str(status)
     assert ip.user_ns["v"].numpy() == pytest.approx(_eager(loop))
 
 
