@@ -2,11 +2,13 @@
 buffers reused after the op, ``set_shape``, output shapes that depend on values, tuple shape
 arguments, one Python number fed to inputs of two dtypes; and what errors do: a runtime error in
 the graph caught while the loop goes on, a failing op stopping the side effects issued after it,
-strict mode. (Each once broke co-execution; they stay as regressions.)"""
+strict mode. (Each once broke co-execution; they stay as regressions.) Each also asserts what
+ran (what_ran.py): every iteration after the two traced ones co-executed, in segments."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from what_ran import assert_coexecuted, assert_fell_back, phases
 
 from terra_nb import Terra
 
@@ -39,6 +41,7 @@ def test_changing_the_list_an_op_returned():
 
     plain, co, terra = both(body, variable)
     assert co == plain and "coexec" in [s.phase for s in terra.stats]
+    assert_coexecuted(terra, last=4)
 
 
 def test_numpy_buffer_reused_after_the_op():
@@ -48,8 +51,9 @@ def test_numpy_buffer_reused_after_the_op():
         buf[:] = 100.0
         return float(y[0])
 
-    plain, co, _ = both(body, lambda: (tf.Variable([0.0]), np.zeros(1, np.float32)))
+    plain, co, terra = both(body, lambda: (tf.Variable([0.0]), np.zeros(1, np.float32)))
     assert co == plain
+    assert_coexecuted(terra, last=4)
 
 
 @pytest.mark.parametrize(
@@ -61,8 +65,9 @@ def test_numpy_buffer_reused_after_the_op():
     ids=["boolean_mask", "image_resize"],
 )
 def test_set_shape_on_placeholders(body):
-    plain, co, _ = both(body, variable)
+    plain, co, terra = both(body, variable)
     assert co == plain
+    assert_coexecuted(terra, last=4)
 
 
 @pytest.mark.parametrize(
@@ -77,8 +82,9 @@ def test_set_shape_on_placeholders(body):
     ids=["pad", "top_k", "unsorted_segment_sum", "scatter_nd", "segment_sum"],
 )
 def test_output_shapes_that_depend_on_values(body):
-    plain, co, _ = both(body, variable)
+    plain, co, terra = both(body, variable)
     assert co == plain
+    assert_coexecuted(terra, last=4)  # the other value (i % 2) too, from iteration 3 on
 
 
 def test_runtime_error_in_the_graph_is_caught_and_the_loop_goes_on():
@@ -88,8 +94,9 @@ def test_runtime_error_in_the_graph_is_caught_and_the_loop_goes_on():
         except tf.errors.InvalidArgumentError:
             return "caught"
 
-    plain, co, _ = both(body, variable, n=8)
+    plain, co, terra = both(body, variable, n=8)
     assert co == plain and plain.count("caught") == 2
+    assert_coexecuted(terra, last=6)  # iteration 3 and 7 catch the error, co-executed
 
 
 def test_next_on_a_dataset_iterator_inside_the_loop():
@@ -99,8 +106,12 @@ def test_next_on_a_dataset_iterator_inside_the_loop():
         except StopIteration:
             return "stop"
 
-    plain, co, _ = both(body, lambda: (iter(tf.data.Dataset.range(10).batch(3)),))
+    plain, co, terra = both(body, lambda: (iter(tf.data.Dataset.range(10).batch(3)),))
     assert co == plain and plain[-1] == "stop"
+    # the body's one op is the iterator's next, which Python runs for real (no graph work
+    # touches an iterator): no call to learn after one traced iteration, nothing for the graph
+    assert phases(terra) == ["tracing"] + ["coexec"] * 5
+    assert_coexecuted(terra, last=5, plan="none")
 
 
 def test_tuple_shape_arguments_co_execute_without_fallbacks():
@@ -111,6 +122,7 @@ def test_tuple_shape_arguments_co_execute_without_fallbacks():
     plain, co, terra = both(body, variable, n=8)
     assert co == plain
     assert not terra.explain() and [s.phase for s in terra.stats][-3:] == ["coexec"] * 3
+    assert_coexecuted(terra, last=6)
 
 
 def test_one_python_number_fed_to_inputs_of_two_dtypes():
@@ -120,6 +132,7 @@ def test_one_python_number_fed_to_inputs_of_two_dtypes():
 
     plain, co, terra = both(body, variable)
     assert co == plain and "coexec" in [s.phase for s in terra.stats]
+    assert_coexecuted(terra, last=4)
 
 
 def test_a_failing_op_stops_the_side_effects_issued_after_it():
@@ -133,10 +146,13 @@ def test_a_failing_op_stops_the_side_effects_issued_after_it():
                 idx = tf.cast(tf.reduce_sum(v) * 0 + i, tf.int32) * 2  # bad from i == 3
                 tf.gather(params, idx)
                 v.assign_add(tf.ones_like(v))
-        return float(v[0]), [s.phase for s in terra.stats]
+        return float(v[0]), terra
 
-    (plain, _), (co, phases) = run("eager"), run("coexec")
-    assert co == plain == 4.0 and "coexec" in phases
+    (plain, _), (co, terra) = run("eager"), run("coexec")
+    assert co == plain == 4.0 and "coexec" in phases(terra)
+    # every iteration ran: the gather failed in iteration 3, co-executed, and surfaced at the end
+    assert phases(terra) == ["tracing"] * 2 + ["coexec"] * 8
+    assert_coexecuted(terra, last=8)
 
 
 def test_strict_mode_records_the_fallback_then_raises():
@@ -151,4 +167,7 @@ def test_strict_mode_records_the_fallback_then_raises():
                 v.assign_add(1.0)
     assert len(terra.stats) == 6 and terra.stats[5].phase == "fallback"
     assert terra.explain()[0].iteration == 5
+    assert_fell_back(terra, {5: "new op or new program location"})  # the new assign_add
+    assert phases(terra) == ["tracing"] * 2 + ["coexec"] * 3 + ["fallback"]
+    assert_coexecuted(terra, at_least=0.5)  # 2 to 4 co-executed, in segments
     assert all(s.python_exec >= 0 for s in terra.stats)

@@ -1,12 +1,15 @@
 """How co-execution hands work to the GraphRunner: early, and without extra values.
 
 Each test compares against eager and also checks the scheduling property it is about, which the
-results alone cannot show (a late or bloated segment computes the same numbers, only slower).
+results alone cannot show (a late or bloated segment computes the same numbers, only slower), and
+what ran (what_ran.py): which iterations co-executed, in segments, and where a test is about a
+Python loop in the body, that the co-executed iterations ran it for their own trip counts.
 """
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from what_ran import assert_coexecuted, plan_of, ran_at, watch
 
 from terra_nb import Terra
 from terra_nb.capture.placeholder import Placeholder
@@ -39,6 +42,7 @@ def test_a_value_read_every_iteration_is_handed_to_the_graph_when_issued(mode):
         co = _run(body, terra.loop)
     assert co == plain
     assert "coexec" in [s.phase for s in terra.stats]
+    assert_coexecuted(terra, last=6)  # every iteration after the two traced ones
     # coexec: from the second co-executed iteration on, the loss left with the ops that make it;
     # lazy (LazyTensor) runs nothing before Python asks.
     assert submitted[1:] and all(submitted[1:]) if mode == "coexec" else not any(submitted)
@@ -58,6 +62,7 @@ def test_values_nobody_holds_do_not_leave_the_graph():
     with Terra(mode="coexec") as terra:
         co = _run(body, terra.loop)
     assert co == plain
+    assert_coexecuted(terra, last=6)
     assert terra.programs, "no segment ran"
     assert all(not segment.returns for segment in terra.programs), [
         str(s) for s in terra.programs
@@ -109,15 +114,20 @@ def _tanh_loop(loop, trip_counts):
 def test_a_new_trip_count_co_executes_and_runs_eagerly_instead_of_compiling():
     trip_counts = range(3, 14)  # a trip count never seen before, every iteration
     plain = _tanh_loop(lambda it: it, trip_counts)
-    runs = {}
+    runs, seen = {}, {}
     for compile_after in (1, 2):
         with Terra(mode="coexec", compile_after=compile_after) as terra:
+            seen[terra] = watch(terra)
             runs[compile_after] = (_tanh_loop(terra.loop, trip_counts), terra)
     (at_once, at_once_terra), (default, default_terra) = runs[1], runs[2]
     assert at_once == plain and default == plain
     for terra in (at_once_terra, default_terra):
         # every call is known after two iterations, though the TraceGraph grows each time
         assert [s.phase for s in terra.stats][2:] == ["coexec"] * 9
+        assert_coexecuted(terra, last=9)
+        # each co-executed iteration ran the inner loop for its own new trip count
+        assert ran_at(terra, seen[terra], "h = tf.tanh(h) * 1.5", "Tanh") == {
+            i: trip_counts[i] for i in range(2, 11)}
     # Compiling each one-off segment costs far more than running its ops once.
     assert len(at_once_terra.programs) >= 9 and not default_terra.programs
     assert at_once_terra.runs_op_by_op == 0 and default_terra.runs_op_by_op >= 9
@@ -139,6 +149,7 @@ def test_a_new_slice_index_is_answered_without_a_fallback():
     assert co == plain
     assert [s.phase for s in terra.stats][2:] == ["coexec"] * 8
     assert not terra.explain()
+    assert_coexecuted(terra, last=8)
 
 
 def test_an_rnn_over_ever_longer_sequences_co_executes():
@@ -165,11 +176,15 @@ def test_an_rnn_over_ever_longer_sequences_co_executes():
 
     plain_losses, plain_weights = run(lambda it: it)
     with Terra(mode="coexec") as terra:
+        seen = watch(terra)
         losses, weights = run(terra.loop)
     np.testing.assert_allclose(losses, plain_losses, rtol=1e-5)
     for a, b in zip(weights, plain_weights):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert [s.phase for s in terra.stats][2:] == ["coexec"] * 8, terra.explain()
+    assert_coexecuted(terra, last=8)
+    # each co-executed iteration ran the cell once per step of its new, longer sequence
+    assert ran_at(terra, seen, "_, h = cell(", "Tanh") == {i: 2 + i for i in range(2, 10)}
 
 
 def test_a_loop_whose_path_never_repeats_goes_eager():
@@ -180,6 +195,7 @@ def test_a_loop_whose_path_never_repeats_goes_eager():
     assert co == plain
     phases = [s.phase for s in terra.stats]
     assert phases == ["tracing"] * 2 + ["coexec"] * 10 + ["eager"] * 6
+    assert plan_of(terra) == "segments" and not terra.explain()  # co-executed in segments first
 
 
 def test_co_executed_iterations_count_their_feeds_as_traced_ones_do():
@@ -191,6 +207,7 @@ def test_co_executed_iterations_count_their_feeds_as_traced_ones_do():
             float(tf.reduce_sum(v * 2.0))
     stats = terra.stats
     assert [s.phase for s in stats] == ["tracing"] * 2 + ["coexec"] * 4
+    assert_coexecuted(terra, last=4)
     assert stats[2].feeds == stats[1].feeds > 0
     assert all(s.feeds == stats[1].feeds and s.fetches == stats[1].fetches for s in stats[2:])
 
@@ -208,6 +225,8 @@ def test_after_going_eager_a_loop_tries_co_execution_again(monkeypatch):
     assert phases[:15] == ["tracing"] * 2 + ["coexec"] * 10 + ["eager"] * 3
     assert phases[-10:] == ["coexec"] * 10  # the repeating paths co-execute, compiled
     assert terra.programs
+    assert phases[15:] == ["coexec"] * 19 and not terra.explain()  # from the first try again
+    assert_coexecuted(terra, at_least=29 / 34, last=19)
 
 
 def test_calls_answered_by_shape_inference_are_kept_in_bounded_number(monkeypatch):
@@ -228,6 +247,7 @@ def test_calls_answered_by_shape_inference_are_kept_in_bounded_number(monkeypatc
         co = run(terra.loop)
     assert co == plain
     assert [s.phase for s in terra.stats][2:] == ["coexec"] * 28
+    assert_coexecuted(terra, last=28)
     index = terra.learned.index
     assert len(index.entries) < 20, len(index.entries)  # 28 new indices, 5 kept
 
@@ -247,3 +267,4 @@ def test_the_compiled_cache_keeps_only_the_most_recent_segments(monkeypatch):
     assert co == plain
     assert "coexec" in [s.phase for s in terra.stats]
     assert 0 < len(terra.programs) <= 2
+    assert_coexecuted(terra, last=10)

@@ -1,11 +1,14 @@
 """Programs around early hand-over (prefetch), the light fast-path log and read-only
-ops without control dependencies, each compared against eager."""
+ops without control dependencies, each compared against eager and asserting what ran
+(what_ran.py): every iteration after the two traced ones co-executed, in segments, including
+the one where an error or an interrupt surfaces."""
 
 import signal
 import threading
 
 import pytest
 import tensorflow as tf
+from what_ran import assert_coexecuted, assert_fell_back, ran_at, watch
 
 from terra_nb import Terra
 from terra_nb.capture.placeholder import Placeholder
@@ -26,6 +29,7 @@ def both(body, setup, n=8, mode="coexec"):
 
     plain = run(lambda it: it)
     with Terra(mode=mode) as terra:
+        terra.seen = watch(terra)  # for what_ran.ran_at
         co = run(terra.loop)
     assert not graph_threads()
     return plain, co, terra
@@ -33,10 +37,6 @@ def both(body, setup, n=8, mode="coexec"):
 
 def two_variables():
     return tf.Variable([1.0, 2.0, 3.0]), tf.Variable(0.0)
-
-
-def coexecuted(terra):
-    return "coexec" in [s.phase for s in terra.stats]
 
 
 # -- a failing op in a segment handed over early --------------------------------------------
@@ -59,7 +59,8 @@ def test_failing_prefetched_op_stops_the_updates_pending_behind_it(mode):
         return float(w), terra
 
     (plain, _), (co, terra) = run("eager"), run(mode)
-    assert co == plain == 3.0 and coexecuted(terra)
+    assert co == plain == 3.0
+    assert_coexecuted(terra, last=2)  # the error surfaced in iteration 3, co-executed
 
 
 def test_failing_prefetched_op_caught_inside_the_loop():
@@ -72,7 +73,8 @@ def test_failing_prefetched_op_caught_inside_the_loop():
             return "caught"
 
     plain, co, terra = both(body, two_variables)
-    assert co == plain and plain[0][3] == "caught" and plain[1][1] == 6.0 and coexecuted(terra)
+    assert co == plain and plain[0][3] == "caught" and plain[1][1] == 6.0
+    assert_coexecuted(terra, last=6)  # iteration 7 catches the error, co-executed
 
 
 # -- which values are handed over early -----------------------------------------------------
@@ -87,7 +89,8 @@ def test_value_fetched_only_in_some_iterations(mode):
         return round(float(tf.reduce_sum(y)), 4) if i % 3 == 0 else None
 
     plain, co, terra = both(body, two_variables, n=10, mode=mode)
-    assert co == plain and coexecuted(terra)
+    assert co == plain
+    assert_coexecuted(terra, last=8)
 
 
 def _helper(v, w):
@@ -99,7 +102,8 @@ def _helper(v, w):
 
 def test_fetch_inside_a_helper_whose_locals_die():
     plain, co, terra = both(lambda i, v, w: _helper(v, w), two_variables)
-    assert co == plain and coexecuted(terra)
+    assert co == plain
+    assert_coexecuted(terra, last=6)
 
 
 def test_carried_value_fetched_in_some_iterations():
@@ -115,7 +119,8 @@ def test_carried_value_fetched_in_some_iterations():
     plain = run(lambda it: it)
     with Terra() as terra:
         co = run(terra.loop)
-    assert co == plain and coexecuted(terra)
+    assert co == plain
+    assert_coexecuted(terra, last=8)
 
 
 def test_data_dependent_python_loop_on_a_prefetched_value():
@@ -129,7 +134,11 @@ def test_data_dependent_python_loop_on_a_prefetched_value():
         return trips, round(float(w), 4)
 
     plain, co, terra = both(body, two_variables, n=10)
-    assert co == plain and coexecuted(terra)
+    assert co == plain
+    assert_coexecuted(terra, last=8)
+    # each co-executed iteration ran the while loop for as many trips as eager did
+    assert ran_at(terra, terra.seen, "x = x * 1.5", "Mul") == {
+        i: trips for i, (trips, _) in enumerate(plain[0]) if i >= 2}
 
 
 def test_lazy_with_what_coexec_learned_still_hands_over_nothing_early():
@@ -149,10 +158,14 @@ def test_lazy_with_what_coexec_learned_still_hands_over_nothing_early():
     with Terra(mode="coexec") as first:
         expected = run(first)
     assert first.learned.index.fetched_nodes
+    assert_coexecuted(first, last=4)
     submitted.clear()
     with Terra(mode="lazy", learned=first.learned) as terra:
         assert run(terra) == expected
     assert submitted and not any(submitted)
+    # its variables are new: their first read is not the call learned, the rest co-executes
+    assert_fell_back(terra, {0: "a different variable"})
+    assert_coexecuted(terra, last=5)
 
 
 # -- leaving the loop right after an early hand-over ----------------------------------------
@@ -172,7 +185,8 @@ def test_break_right_after_a_fetch():
     plain = run(lambda it: it)
     with Terra() as terra:
         co = run(terra.loop)
-    assert co == plain and coexecuted(terra) and terra.stats[-1].ended == "stopped"
+    assert co == plain and terra.stats[-1].ended == "stopped"
+    assert_coexecuted(terra, last=3)  # the break, in iteration 4, co-executed
     assert not graph_threads()
 
 
@@ -208,6 +222,7 @@ def test_interrupt_right_after_an_early_hand_over(monkeypatch):
         co = run(terra.loop)
     assert fired and fired[0][-1] == "Mul"  # raised inside the early flush of s
     assert co == plain and terra.stats[-1].ended == "stopped"
+    assert_coexecuted(terra, last=4)  # the interrupted iteration 5 co-executed
     assert not graph_threads()
 
 
@@ -230,7 +245,8 @@ def test_reads_and_writes_of_the_same_variables_interleaved_in_one_segment():
         return [round(float(tf.reduce_sum(r)), 3) for r in reads]
 
     plain, co, terra = both(body, setup, n=5)
-    assert co == plain and coexecuted(terra)
+    assert co == plain
+    assert_coexecuted(terra, last=3)
 
 
 def test_read_before_write_fetched_after_later_segments_ran():
@@ -244,4 +260,5 @@ def test_read_before_write_fetched_after_later_segments_ran():
         return r.numpy().tolist(), g.numpy().tolist(), float(w)
 
     plain, co, terra = both(body, two_variables)
-    assert co == plain and coexecuted(terra)
+    assert co == plain
+    assert_coexecuted(terra, last=6)

@@ -3,6 +3,8 @@ seen once, readiness by known calls and the switch to eager of loops whose path 
 each compared against plain eager execution.
 
 The first five were bugs found by that review (now fixed); the others pin down risky cases.
+Each also asserts what ran (what_ran.py): a case about a new shape co-executes every iteration
+after the two traced ones, so the new shapes are answered in co-execution, not traced.
 """
 
 import signal
@@ -13,6 +15,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from what_ran import assert_coexecuted
 
 from terra_nb import Terra
 from terra_nb.coexec import graph_runner as runners
@@ -77,6 +80,7 @@ def test_a_numpy_operand_of_a_new_shape_keeps_its_shape():
 
     plain, co, terra = both(body, lambda: (tf.Variable(tf.ones((1, 1))),), n=len(sizes))
     assert co == plain
+    assert_coexecuted(terra, last=4)  # sizes 5 and 3 (iterations 3 and 4) co-executed
 
 
 def test_a_variable_whose_shape_grows_is_read_with_its_shape():
@@ -92,8 +96,13 @@ def test_a_variable_whose_shape_grows_is_read_with_its_shape():
     def setup():
         return (tf.Variable(tf.zeros((1, 2)), shape=tf.TensorShape([None, 2])),)
 
-    plain, co, _ = both(body, setup)
+    plain, co, terra = both(body, setup)
     assert co == plain
+    # A read of a variable whose shape may change runs for real, and so does every op on what
+    # it returns: here that is every op, so the loop co-executes with nothing for the graph
+    # (the plan "none"). Iteration 1's pad value (1.0) was a new call, so 2 still traced.
+    assert phases(terra) == ["tracing"] * 3 + ["coexec"] * 5
+    assert_coexecuted(terra, last=5, plan="none")
 
 
 def test_a_non_utf8_string_attr_keeps_its_bytes():
@@ -106,6 +115,7 @@ def test_a_non_utf8_string_attr_keeps_its_bytes():
     plain, co, terra = both(body, lambda: (tf.Variable([1.0, 2.0]),), n=4)
     assert "coexec" in phases(terra)
     assert co == plain
+    assert_coexecuted(terra, last=2)
 
 
 def test_a_segment_tensorflow_cannot_compile_runs_op_by_op():
@@ -119,6 +129,10 @@ def test_a_segment_tensorflow_cannot_compile_runs_op_by_op():
 
     plain, co, terra = both(body, lambda: (tf.Variable(tf.range(6.0)),), n=4)
     assert co == plain
+    assert_coexecuted(terra, last=2)
+    # the segment ran op by op both times: first by choice (compile_after), then because its
+    # compilation, tried on the second sight, failed: nothing compiled
+    assert not terra.programs and terra.runs_op_by_op == 2
 
 
 def test_the_concat_gradient_through_placeholders():
@@ -135,6 +149,7 @@ def test_the_concat_gradient_through_placeholders():
 
     plain, co, terra = both(body, lambda: (tf.Variable([1.0, 2.0]),), n=4)
     assert co == plain and "coexec" in phases(terra)
+    assert_coexecuted(terra, last=2)
 
 
 # -- risky cases that equal eager -----------------------------------------------------------
@@ -162,10 +177,20 @@ SHAPE_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(SHAPE_CASES))
+NEW_UNPACK_NUM = pytest.mark.xfail(strict=True, reason=(
+    "tf.unstack of a new size is Unpack with a new num attr, and a call with new attrs has no "
+    "sibling (SignatureIndex.sibling keys on site_key, which keeps the attrs): no shape "
+    "inference, every size is a new call, and the loop traces until it has seen all four "
+    "(iterations 0 to 4); the co-executed iterations 5 to 7 only repeat sizes already traced"))
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, marks=NEW_UNPACK_NUM) if c == "unstack_of_a_new_size" else c
+    for c in SHAPE_CASES])
 def test_new_shapes_equal_eager(case):
     plain, co, terra = both(SHAPE_CASES[case], _matrix)
     assert co == plain and "coexec" in phases(terra)
+    assert_coexecuted(terra, last=6)  # every new shape from iteration 2 on, co-executed
 
 
 def _image():
@@ -203,8 +228,14 @@ def test_interpreted_attrs_equal_eager(case):
     op = ATTR_CASES[case]
     plain, co, terra = both(lambda i, x: op(x * 1.0), _image, n=4, compile_after=10**9)
     assert co == plain and "coexec" in phases(terra) and not terra.programs
+    assert_coexecuted(terra, last=2)
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "Pack's gradient is Unpack with num = the list's length, and an Unpack of a new num has no "
+    "sibling (the attrs are part of site_key): every new length (2 to 6) is a new call, so the "
+    "loop traces until it has seen all five (iterations 0 to 5), and the co-executed "
+    "iterations 6 to 8 repeat traced lengths: no call is answered by inference"))
 @pytest.mark.parametrize("variant", ["coexec", "never-compile"])
 def test_gradient_through_a_stack_of_a_growing_list(variant):
     """Pack and AddN answered by inference (N from the new list length) under a tape."""
@@ -219,6 +250,7 @@ def test_gradient_through_a_stack_of_a_growing_list(variant):
 
     plain, co, terra = both(body, lambda: (tf.Variable([1.0, 2.0]),), n=9, **VARIANTS[variant])
     assert co == plain and "coexec" in phases(terra)
+    assert_coexecuted(terra, last=7)  # the new lengths from iteration 2 on, by inference
 
 
 def test_gradient_through_tile_and_reshape_of_new_sizes():
@@ -232,6 +264,7 @@ def test_gradient_through_tile_and_reshape_of_new_sizes():
 
     plain, co, terra = both(body, lambda: (tf.Variable([1.0, 2.0]),), n=9)
     assert co == plain and phases(terra)[2:] == ["coexec"] * 7
+    assert_coexecuted(terra, last=7)
 
 
 @pytest.mark.parametrize("variant", ["coexec", "never-compile"])
@@ -267,6 +300,7 @@ def test_keras_smaller_last_batch_with_batchnorm_and_dropout(variant):
     for a, b in zip(state, plain_state):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert phases(terra)[2:] == ["coexec"] * 7 and not terra.explain()
+    assert_coexecuted(terra, last=7)  # the batches of 5 (iterations 2, 5, 8) co-executed
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -285,6 +319,7 @@ def test_failing_op_in_a_segment_read_inside_try(variant):
         body, lambda: (tf.Variable([1.0, 2.0, 3.0]), tf.Variable(0.0)), n=10, **VARIANTS[variant]
     )
     assert co == plain and "coexec" in phases(terra)
+    assert_coexecuted(terra, last=8)  # the failing reads (3, 4, 8, 9) caught, co-executed
 
 
 def test_interrupt_while_a_segment_is_interpreted(monkeypatch):
@@ -306,6 +341,7 @@ def test_interrupt_while_a_segment_is_interpreted(monkeypatch):
             out.append(float(v * 2.0))
     assert out == [2.0, 4.0, 6.0, 8.0, 10.0] and float(v) == 6.0
     assert phases(terra) == ["tracing"] * 2 + ["coexec"] * 4 and not graph_threads()
+    assert_coexecuted(terra, last=4)
 
 
 @pytest.mark.parametrize("variant", ["coexec", "lazy"])
@@ -333,3 +369,5 @@ def test_switch_to_eager_keeps_a_tape_and_placeholders_across_iterations(variant
     assert co == plain
     assert phases(terra) == ["tracing"] * 2 + ["coexec"] * 10 + ["eager"] * 3
     assert not graph_threads()
+    assert_coexecuted(terra, at_least=10 / 15)  # in segments, before going eager
+    assert not terra.explain()

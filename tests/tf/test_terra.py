@@ -1,4 +1,5 @@
-"""The public Terra API in trace and eager modes: results equal the plain loop; clear errors."""
+"""The public Terra API in trace and eager modes: results equal the plain loop; clear errors.
+Nothing here co-executes: the tests that compare results assert that too (what_ran.py)."""
 
 import gc
 
@@ -6,6 +7,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from what_ran import assert_stayed_in_tracing, phases, plan_of
 
 from terra_nb import Terra, TerraUsageError, capture
 
@@ -62,6 +64,9 @@ def test_mode_leaves_every_value_as_the_plain_loop(mode):
         np.testing.assert_array_equal(a, b)
     assert [s.iteration for s in terra.stats] == list(range(6))
     assert all(s.ended == "completed" for s in terra.stats)
+    assert_stayed_in_tracing(terra)  # trace mode traces every iteration, eager runs each as is
+    assert phases(terra) == [{"trace": "tracing", "eager": "eager"}[mode]] * 6
+    assert plan_of(terra) == "none" and not terra.explain()  # nothing ran in a graph
     if mode == "trace":
         assert all(s.ops > 0 and s.fetches >= 1 for s in terra.stats)
         assert terra.stats[-1].covered
@@ -81,6 +86,7 @@ def test_step_context_for_while_loops():
                 v.assign_add(1.0)
     assert float(v) == 3.0
     assert len(terra.stats) == 3 and terra.stats[-1].covered
+    assert phases(terra) == ["tracing"] * 3 and plan_of(terra) == "none"
 
 
 def test_break_and_exception_end_the_iteration_and_clean_up():

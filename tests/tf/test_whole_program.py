@@ -1,5 +1,8 @@
 """Whole-program co-execution (``Terra(program="whole")``): one generated program per iteration,
-with ``switch_case`` at branch points and ``while_loop`` for loop nodes, equal to eager."""
+with ``switch_case`` at branch points and ``while_loop`` for loop nodes, equal to eager; each
+test also asserts what ran (what_ran.py): which iterations co-executed, in the whole program or
+in segments, which fell back and why, and where a test is about a branch or a loop, how often
+the co-executed iterations ran its arms or its body."""
 
 import keras
 import numpy as np
@@ -7,6 +10,7 @@ import pytest
 import tensorflow as tf
 from programs import CORPUS, rnn_variable_length
 from test_coexec import assert_same_values, graph_threads, run
+from what_ran import assert_coexecuted, assert_fell_back, coexecuted_in, ran_at, watch
 
 from terra_nb import Terra, TerraUsageError
 
@@ -20,7 +24,42 @@ def whole_variant(monkeypatch):
     monkeypatch.setitem(test_coexec.VARIANTS, "whole", VARIANT)
 
 
-@pytest.mark.parametrize("program", CORPUS, ids=lambda p: p.__name__)
+OUTLIVES = "outlives the iteration"  # the program learns to keep a value Python still holds
+NEW_PATH = "where the program has node"  # a path the TraceGraph does not have
+
+# What each corpus program does in the whole program: after the first two traced iterations it
+# co-executes, but for these fallbacks: a value that outlives the iteration (learned once, for
+# each such value), and a path the TraceGraph never saw, which a switch_case cannot take and
+# segments need not (a branch left untaken at the end, a combination of two branches, a new
+# sequence length whose backward pass is a new path) or a value the program held as a constant
+# that changed (the mean's gradient 1/8 in a smaller last batch); recursion traces until it has
+# seen every depth (1 to 3).
+CORPUS_IN_WHOLE = {
+    "branch_on_loss": {"fell_back": {9: NEW_PATH}, "last": 0},
+    "rnn_variable_length": {"fell_back": {2: NEW_PATH, 3: OUTLIVES, 5: NEW_PATH}, "last": 2},
+    "periodic_and_late_branch": {"fell_back": {2: OUTLIVES, 10: "new op or new program location",
+                                               12: "came after the last op of the program"},
+                                 "last": 1},
+    "break_and_continue": {"fell_back": {2: OUTLIVES}, "last": 9},
+    "optional_none": {"fell_back": {2: OUTLIVES, 3: OUTLIVES}, "last": 4},
+    "recursion": {"fell_back": {}, "last": 4},
+    "gan": {"fell_back": {2: OUTLIVES}, "last": 3},
+    "smaller_last_batch": {"fell_back": {6: "changed from the value the program holds"},
+                           "last": 0},
+}
+WRONG_SIBLING = pytest.mark.xfail(strict=True, reason=(
+    "the last batch (3 rows, iteration 6) falls back for a wrong reason, 'node 3 where the "
+    "program has node 8' at MatMul: the second Dense layer's MatMul, of a new shape, gets the "
+    "inferred answer of the first layer's (SignatureIndex.sibling keeps one known call per "
+    "site_key: op, location, attrs, dtypes and ranks, the same for both layers), so it is "
+    "answered as the wrong TraceGraph node; with one layer it gets past that and the program, "
+    "run with the constant it holds for the mean's gradient (shape [8, 1]), raises "
+    "InvalidArgumentError 'Incompatible shapes: [8,1] vs. [3,1]' where eager does not"))
+CORPUS_PARAMS = [pytest.param(p, marks=WRONG_SIBLING) if p.__name__ == "smaller_last_batch"
+                 else p for p in CORPUS]
+
+
+@pytest.mark.parametrize("program", CORPUS_PARAMS, ids=lambda p: p.__name__)
 def test_corpus_equals_eager_in_the_whole_program(program):
     values, variables, printed, _ = run(program, "plain")
     values2, variables2, printed2, terra = run(program, "whole")
@@ -29,6 +68,12 @@ def test_corpus_equals_eager_in_the_whole_program(program):
     for a, b in zip(variables, variables2):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
     assert not graph_threads()
+    n = len(terra.stats)
+    ran = CORPUS_IN_WHOLE.get(program.__name__, {"fell_back": {}, "last": n - 2})
+    assert_fell_back(terra, ran["fell_back"])
+    traced = 4 if program.__name__ == "recursion" else 2
+    coexecuted = (n - traced - len(ran["fell_back"])) / n  # every other iteration
+    assert_coexecuted(terra, at_least=coexecuted, last=ran["last"], plan="whole")
 
 
 @pytest.mark.parametrize("name", ["numpy_on_loss", "mutation_in_model", "dropout_seeded",
@@ -40,6 +85,9 @@ def test_steady_loops_run_in_the_program(name):
     phases = [s.phase for s in terra.stats]
     assert phases.count("coexec") >= len(phases) - 3, phases
     assert terra.runs_op_by_op == 0 and not terra.programs  # no segment ran
+    learned = {"gan": {2: OUTLIVES}}.get(name, {})  # the one value Python holds, learned once
+    assert_fell_back(terra, learned)
+    assert_coexecuted(terra, last=len(phases) - 2 - len(learned), plan="whole")
 
 
 def branchy_loop(loop):
@@ -62,6 +110,7 @@ def branchy_loop(loop):
 def test_cases_and_while_loops_in_the_program():
     values, variables = branchy_loop(lambda it: it)
     with Terra(**VARIANT) as terra:
+        seen = watch(terra)
         values2, variables2 = branchy_loop(terra.loop)
     assert_same_values(values2, values)
     for a, b in zip(variables, variables2):
@@ -73,6 +122,18 @@ def test_cases_and_while_loops_in_the_program():
     kinds |= {n.op for f in graph_def.library.function for n in f.node_def}
     assert {"Case", "While", "QueueDequeueV2", "QueueEnqueueV2"} <= kinds, kinds
     assert [s.phase for s in terra.stats].count("coexec") >= 6
+    # iteration 1 brought new calls (the other arm, a second trip), so 2 still traced; 3 learns
+    # that y outlives the iteration; the rest ran in the program, through both arms of the
+    # branch and 1 or 2 trips of the loop
+    assert_fell_back(terra, {3: OUTLIVES})
+    assert_coexecuted(terra, last=8, plan="whole")
+    assert coexecuted_in(seen) == {i: "whole" for i in range(4, 12)}
+    assert ran_at(terra, seen, "w.assign(w * 0.9", "AssignVariableOp") == {
+        i: int(i % 3 == 0) for i in range(4, 12)}
+    assert ran_at(terra, seen, "w.assign_sub(", "AssignSubVariableOp") == {
+        i: int(i % 3 != 0) for i in range(4, 12)}
+    assert ran_at(terra, seen, "total.assign_add(", "AssignAddVariableOp") == {
+        i: 1 + i % 2 for i in range(4, 12)}
 
 
 def test_an_error_mid_iteration_leaves_variables_as_eager():
@@ -101,6 +162,8 @@ def test_an_error_mid_iteration_leaves_variables_as_eager():
         np.testing.assert_allclose(b, a, rtol=1e-5)
     assert "coexec" in [s.phase for s in terra.stats]
     assert not graph_threads()
+    assert_fell_back(terra, {2: OUTLIVES})  # the loss, held by Python
+    assert_coexecuted(terra, last=3, plan="whole")  # 3 to 5, the error at 5 in the program
 
 
 def test_whole_program_needs_coexec_and_a_known_kind():
@@ -128,6 +191,8 @@ def test_a_value_held_as_a_constant_that_changes_diverges_and_is_fed_again():
     assert any("changed from the value the program holds" in r for r in reasons), reasons
     assert terra.program.constants == {}  # scale varies now, x always did
     assert [s.phase for s in terra.stats][-3:] == ["coexec"] * 3
+    assert_fell_back(terra, {8: "input 1 of node 3 changed from the value the program holds"})
+    assert_coexecuted(terra, at_least=13 / 16, last=7, plan="whole")
 
 
 def rnn_cycling_lengths(loop):
@@ -141,6 +206,7 @@ def test_an_rnn_backward_pass_reads_every_trip_of_the_while_loop():
     values, variables = rnn_cycling_lengths(lambda it: it)
     keras.utils.set_random_seed(0)
     with Terra(**VARIANT) as terra:
+        seen = watch(terra)
         values2, variables2 = rnn_cycling_lengths(terra.loop)
     assert_same_values(values2, values)
     for a, b in zip(variables, variables2):
@@ -148,6 +214,13 @@ def test_an_rnn_backward_pass_reads_every_trip_of_the_while_loop():
     assert "while (Loop Cond)" in str(terra.program)
     assert terra.program.per_trip  # forward values the backward pass reads, one per trip
     assert [s.phase for s in terra.stats][-6:] == ["coexec"] * 6
+    # length 4 (iteration 2) is a new backward path; iteration 3 learns that a value outlives
+    # it; at 7 a value the rebuilt program held as a constant changed
+    assert_fell_back(terra, {2: NEW_PATH, 3: OUTLIVES, 7: "changed from the value the program"})
+    assert_coexecuted(terra, at_least=13 / 18, last=10, plan="whole")
+    lengths = (3, 5, 4) * 6
+    assert ran_at(terra, seen, "_, h = cell(", "Tanh") == {  # the while loop, once per trip
+        i: lengths[i] for i in (4, 5, 6, *range(8, 18))}
 
 
 def grow(loop):
@@ -169,9 +242,14 @@ def test_one_compiled_program_serves_every_new_trip_count():
     programs = []
     with Terra(**VARIANT) as terra:
         terra.subscribe(lambda stats: programs.append(terra.program))
+        seen = watch(terra)
         whole = grow(terra.loop)
     assert_same_values(whole, eager)
     assert [s.phase for s in terra.stats][4:] == ["coexec"] * 8
+    assert_fell_back(terra, {2: OUTLIVES})  # h, held by Python
+    assert_coexecuted(terra, last=9, plan="whole")
+    # every co-executed iteration ran the while loop's body for its new length (2 + iteration)
+    assert ran_at(terra, seen, "h = tf.tanh(h @ w", "Tanh") == {i: 2 + i for i in range(3, 12)}
     assert all(p is programs[-1] for p in programs[-6:])  # no new program for a new length
     assert "while (Loop Cond)" in str(programs[-1])
 
@@ -209,6 +287,11 @@ def test_a_loop_that_keeps_leaving_the_program_goes_on_in_segments():
     assert terra.program is None
     phases = [s.phase for s in terra.stats]
     assert "tracing" not in phases[-8:] and "coexec" in phases[-8:], phases  # not given up
+    # five new backward paths in the program (max_fallbacks), then in segments, where every
+    # length is new again: after ten one-off iterations the last runs eagerly (it warned)
+    assert_fell_back(terra, {i: NEW_PATH for i in range(2, 7)})
+    assert phases == ["tracing"] * 2 + ["fallback"] * 5 + ["coexec"] * 10 + ["eager"]
+    assert_coexecuted(terra, at_least=10 / 18, plan="segments")
 
 
 def branch_in_a_loop_body(loop):
@@ -231,6 +314,7 @@ def branch_in_a_loop_body(loop):
 def test_a_branch_inside_a_while_loop_body():
     values, variables = branch_in_a_loop_body(lambda it: it)
     with Terra(**VARIANT) as terra:
+        seen = watch(terra)
         values2, variables2 = branch_in_a_loop_body(terra.loop)
     assert_same_values(values2, values)
     np.testing.assert_allclose(variables2[0], variables[0], rtol=1e-6)
@@ -238,6 +322,16 @@ def test_a_branch_inside_a_while_loop_body():
     loop_at = text.index("while (Loop Cond)")
     assert "case after" in text[loop_at:], text  # a case inside the while loop's body
     assert [s.phase for s in terra.stats][-8:] == ["coexec"] * 8
+    # learning the program: a third trip (2), the value that leaves the loop (3), values Python
+    # holds (4, 6); from 7 on every iteration in it, through both arms inside the loop's body
+    assert_fell_back(terra, {2: "ran more than 2 trips", 3: "which the program never feeds",
+                             4: OUTLIVES, 6: OUTLIVES})
+    assert_coexecuted(terra, last=17, plan="whole")
+    assert coexecuted_in(seen) == {i: "whole" for i in (5, *range(7, 24))}
+    arms = {i: [(t + i) % 2 for t in range(2 + i % 3)] for i in coexecuted_in(seen)}
+    assert ran_at(terra, seen, "h = tf.tanh(h)", "Tanh") == {i: sum(a) for i, a in arms.items()}
+    assert ran_at(terra, seen, "h = h * 0.5", "Mul") == {
+        i: len(a) - sum(a) for i, a in arms.items()}
 
 
 def test_a_constant_that_changes_after_the_last_rebuild_is_dropped(monkeypatch):
@@ -251,3 +345,5 @@ def test_a_constant_that_changes_after_the_last_rebuild_is_dropped(monkeypatch):
     changed = [f for f in terra.explain() if "changed from the value" in f.reason]
     assert len(changed) == 1 and terra.program is not None
     assert [s.phase for s in terra.stats][-3:] == ["coexec"] * 3
+    assert_fell_back(terra, {8: "changed from the value the program holds"})
+    assert_coexecuted(terra, at_least=13 / 16, last=7, plan="whole")
