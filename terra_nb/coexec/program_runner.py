@@ -202,6 +202,8 @@ class WholeProgram:
         value = x.value if type(x) is Placeholder else x
         if value is None:  # a placeholder of an earlier iteration not fetched yet
             value = self.materialise(x)
+            if value is None:
+                raise PathError("the program's run failed ahead of Python's checks")
         held = options[choice]
         if type(held) is Constant:
             if not held.holds(value):
@@ -255,20 +257,25 @@ class WholeProgram:
             self.flush()  # the program may need what is held back to get there
         order = self._fetch_order[ph.dtype.name]
         while ph.value is None:
-            self._take(order, ph.dtype.name)
+            if not self._take(order, ph.dtype.name):
+                return None  # the run failed ahead of Python, which must leave the program
         return ph.value
 
-    def _take(self, order: deque, dtype: str) -> None:
+    def _take(self, order: deque, dtype: str) -> bool:
+        """Move the next fetched value into its placeholder; False if the run had failed ahead
+        of Python's checks (``_check`` replayed the iteration: its values are eager's)."""
         iteration, ref = order.popleft()
         try:
             with capture.bypass():
                 value = self.channels.fetches[dtype].dequeue()
         except (errors.OutOfRangeError, errors.CancelledError):
-            self._check()
+            if self._check():
+                return False
             raise
         target = ref()
         if target is not None:
             target.value = value
+        return True
 
     def _drain(self, upto: int) -> None:
         """Take the fetched values of iterations up to ``upto`` (they are all sent by now)."""
@@ -276,17 +283,23 @@ class WholeProgram:
             while order and order[0][0] <= upto:
                 self._take(order, dtype)
 
-    def _check(self) -> None:
+    def _check(self) -> bool:
         """If a run failed: drop every run not committed, replay the failed iteration's ops
         eagerly (which raises eager's own error, with eager's updates up to the failing op),
-        and raise that error; what Python issued after it never runs, and reading it raises."""
+        and raise that error; what Python issued after it never runs, and reading it raises.
+
+        The current iteration's run may fail on a value Python has not checked yet (a held
+        constant that changed: the program ran ahead with the old one). If its replay raises
+        nothing, the error was not eager's: its placeholders get the replayed values and this
+        returns True (Python leaves the program); False if no run failed."""
         with self.runs.cond:
             error, failed_iteration = self.runs.error, self.runs.error_iteration
             self.runs.error = None
         if error is None:
-            return
-        failed = next(((r, a) for _, i, r, a in self._unfinished if i == failed_iteration),
-                      (self._records, self._args))
+            return False
+        confirmed = [(r, a) for _, i, r, a in self._unfinished if i == failed_iteration]
+        failed = confirmed[0] if confirmed else (self._records, self._args)
+        targets = [] if confirmed else _unvalued(failed[0])
         try:  # the iterations before it committed: their fetched values are in the queues
             self._drain(failed_iteration - 1)
         except (errors.OutOfRangeError, errors.CancelledError):
@@ -299,9 +312,13 @@ class WholeProgram:
         self.channels, self._walker = None, None
         self._records, self._args, self._decisions, self._feeds = [], [], [], []
         try:
-            self._run(*failed, [])
+            values = self._run(*failed, [(p, k) for p, k, _ in targets])
         except Exception as eager_error:  # the same failure, raised where eager raises it
             error = eager_error
+        else:
+            if not confirmed:  # eager did not fail: the run had gone ahead of a check
+                _give(targets, values)
+                return True
         for ref in dropped:
             ph = ref()
             if ph is not None and ph.value is None:
@@ -328,13 +345,8 @@ class WholeProgram:
             while order and order[-1][0] == self._iteration:
                 order.pop()
         records, self._records = self._records, []
-        targets = [(position, k, ph) for position, (_, _, refs) in enumerate(records)
-                   for k, ref in enumerate(refs) if (ph := ref()) is not None and ph.value is None]
-        values = self._run(records, self._args, [(p, k) for p, k, _ in targets])
-        for (_, _, ph), value in zip(targets, values):
-            ph.value = value
-            ph.queued = False
-            ph.replayed = True
+        targets = _unvalued(records)
+        _give(targets, self._run(records, self._args, [(p, k) for p, k, _ in targets]))
 
     def _run(self, records: list, args: list, returns: list) -> list:
         """Run issued ops eagerly, one by one; the values of outputs ``returns``."""
@@ -373,6 +385,21 @@ class WholeProgram:
             if self.channels is not None:  # a run still waiting for Python would hang the thread
                 with capture.bypass():
                     self.channels.close()
+
+
+def _unvalued(records: list) -> list[tuple[int, int, Placeholder]]:
+    """(op position, output, placeholder) of the issued ops' outputs Python still holds that
+    have no value yet."""
+    return [(position, k, ph) for position, (_, _, refs) in enumerate(records)
+            for k, ref in enumerate(refs) if (ph := ref()) is not None and ph.value is None]
+
+
+def _give(targets: list, values: list) -> None:
+    """The replayed values into their placeholders (no longer waited for in a fetch queue)."""
+    for (_, _, ph), value in zip(targets, values):
+        ph.value = value
+        ph.queued = False
+        ph.replayed = True
 
 
 def _fed_index(options: tuple) -> int | None:

@@ -347,3 +347,29 @@ def test_a_constant_that_changes_after_the_last_rebuild_is_dropped(monkeypatch):
     assert [s.phase for s in terra.stats][-3:] == ["coexec"] * 3
     assert_fell_back(terra, {8: "changed from the value the program holds"})
     assert_coexecuted(terra, at_least=13 / 16, last=7, plan="whole")
+
+
+def one_layer_with_a_smaller_last_batch(loop):
+    """The mean's gradient scale (1/8, a small fed value) becomes a constant of the program; the
+    last batch of 3 changes it, and the program's run fails on shapes before Python's check."""
+    v = tf.Variable(tf.ones((4, 1)))
+    out = []
+    batches = [np.full((8, 4), 0.5 + i, np.float32) for i in range(6)]
+    for x in loop([*batches, np.ones((3, 4), np.float32)]):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(x @ v))
+        v.assign_sub(0.01 * tape.gradient(loss, v))
+        out.append(float(loss))
+    return out, v.numpy().ravel().tolist()
+
+
+def test_a_run_that_fails_ahead_of_a_changed_constant_falls_back_with_eager_values():
+    """The run's shape error is not eager's (eager runs the smaller batch fine): Python replays
+    the iteration eagerly, leaves the program there and ends equal to eager."""
+    eager = one_layer_with_a_smaller_last_batch(lambda it: it)
+    with Terra(**VARIANT) as terra:
+        seen = watch(terra)
+        got = one_layer_with_a_smaller_last_batch(terra.loop)
+    assert_same_values(got, eager)
+    assert_fell_back(terra, {6: "changed from the value the program holds"})
+    assert coexecuted_in(seen) == {i: "whole" for i in range(2, 6)}
