@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import warnings
+import weakref
 from dataclasses import dataclass, field
 
 from . import capture
@@ -34,7 +35,9 @@ class Learned:
     locations: LocationTable = field(default_factory=LocationTable)
     builder: GraphBuilder = field(default_factory=GraphBuilder)
     index: SignatureIndex = field(default_factory=SignatureIndex)
-    handles: dict = field(default_factory=dict)  # variable key -> handle, seen in tracing
+    # variable key -> handle, seen in tracing; weak: a Learned kept across notebook cells must
+    # not keep the variables of models the user has dropped
+    handles: weakref.WeakValueDictionary = field(default_factory=weakref.WeakValueDictionary)
 
     def __post_init__(self) -> None:
         self.builder.loop_location = self.locations.loop_text

@@ -29,14 +29,13 @@ from tensorflow.python.framework import errors
 from .. import capture
 from ..capture.location import LocationTable
 from ..capture.placeholder import Placeholder
-from ..trace.records import Source
 from .control_flow import PathError, PathWalker
 from .executor import IssuedOp, KeptPlaceholders
 from .graph_runner import GraphRunner, ProgramRun, ProgramRuns, real_argument
 from .lower import Wire, make_segment, run_segment
 from .program_constants import Constant, ConstantLearner
 from .program_plan import Channels, Program
-from .program_wiring import FEED, variable_key
+from .program_wiring import fed_index, give_values, index_of, unvalued, variable_key
 
 
 class WholeProgram:
@@ -175,9 +174,9 @@ class WholeProgram:
         """An input the program computed this iteration: which source, which loop trip."""
         pos, source, k, trips = self._made[id(x)]
         if len(options) > 1:
-            decisions.append(_index_of(options, source, k))
+            decisions.append(index_of(options, source, k))
         else:
-            _index_of(options, source, k)  # the one source the program reads there
+            index_of(options, source, k)  # the one source the program reads there
         trip = self._trip_of(source, k, trips)
         if trip is not None:
             decisions.append(trip)
@@ -196,7 +195,7 @@ class WholeProgram:
 
     def _fed(self, node, i: int, x, options: tuple, decisions: list, feeds: list) -> tuple:
         """An input Python supplies: checked against a constant the program holds, or fed."""
-        choice = _fed_index(options)
+        choice = fed_index(options)
         if choice is None:
             raise PathError(f"node {node.id} input {i} is fed where the program computes")
         value = x.value if type(x) is Placeholder else x
@@ -299,7 +298,7 @@ class WholeProgram:
             return False
         confirmed = [(r, a) for _, i, r, a in self._unfinished if i == failed_iteration]
         failed = confirmed[0] if confirmed else (self._records, self._args)
-        targets = [] if confirmed else _unvalued(failed[0])
+        targets = [] if confirmed else unvalued(failed[0])
         try:  # the iterations before it committed: their fetched values are in the queues
             self._drain(failed_iteration - 1)
         except (errors.OutOfRangeError, errors.CancelledError):
@@ -317,7 +316,7 @@ class WholeProgram:
             error = eager_error
         else:
             if not confirmed:  # eager did not fail: the run had gone ahead of a check
-                _give(targets, values)
+                give_values(targets, values)
                 return True
         for ref in dropped:
             ph = ref()
@@ -345,8 +344,8 @@ class WholeProgram:
             while order and order[-1][0] == self._iteration:
                 order.pop()
         records, self._records = self._records, []
-        targets = _unvalued(records)
-        _give(targets, self._run(records, self._args, [(p, k) for p, k, _ in targets]))
+        targets = unvalued(records)
+        give_values(targets, self._run(records, self._args, [(p, k) for p, k, _ in targets]))
 
     def _run(self, records: list, args: list, returns: list) -> list:
         """Run issued ops eagerly, one by one; the values of outputs ``returns``."""
@@ -385,32 +384,3 @@ class WholeProgram:
             if self.channels is not None:  # a run still waiting for Python would hang the thread
                 with capture.bypass():
                     self.channels.close()
-
-
-def _unvalued(records: list) -> list[tuple[int, int, Placeholder]]:
-    """(op position, output, placeholder) of the issued ops' outputs Python still holds that
-    have no value yet."""
-    return [(position, k, ph) for position, (_, _, refs) in enumerate(records)
-            for k, ref in enumerate(refs) if (ph := ref()) is not None and ph.value is None]
-
-
-def _give(targets: list, values: list) -> None:
-    """The replayed values into their placeholders (no longer waited for in a fetch queue)."""
-    for (_, _, ph), value in zip(targets, values):
-        ph.value = value
-        ph.queued = False
-        ph.replayed = True
-
-
-def _fed_index(options: tuple) -> int | None:
-    for i, o in enumerate(options):
-        if o == FEED or type(o) is Constant:
-            return i
-    return None
-
-
-def _index_of(options: tuple, node: int, output: int) -> int:
-    for i, s in enumerate(options):
-        if type(s) is Source and s.index == node and s.output == output:
-            return i
-    raise PathError(f"an input comes from node {node}, which the program never feeds there")

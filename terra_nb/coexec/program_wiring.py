@@ -1,7 +1,8 @@
 """How the whole program meets Python: which TraceGraph nodes Python computes itself, where each
 op input of the program can come from, which nodes the program cannot hold, and which values it
 keeps for every trip of a loop. Plain analysis of a TraceGraph and its plan (``control_flow.py``);
-``program_plan.py`` builds the program from it and ``program_runner.py`` follows it.
+``program_plan.py`` builds the program from it and ``program_runner.py`` follows it, with the
+helpers at the end: which candidate an input took, and the replayed values given to placeholders.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from typing import Any
 
 from tensorflow.python.framework import op_def_registry
 
+from ..capture.placeholder import Placeholder
 from ..capture.signature import ITERATOR_OPS
 from ..trace.records import Source
 from ..trace.tracegraph import TraceGraph, TraceNode
 from .call_args import SHAPE_OPS
-from .control_flow import Block, CaseItem, LoopItem, ProgramError, op_nodes
+from .control_flow import Block, CaseItem, LoopItem, PathError, ProgramError, op_nodes
+from .program_constants import Constant
 
 FEED = "feed"  # the candidate of an op input fed from Python (a feed or a carried value)
 VARIABLE_OPS = frozenset(
@@ -135,3 +138,35 @@ def variable_key(node: TraceNode) -> str:
     A handle made by an op (a variable made in the first iteration) is on a cut path."""
     keys = [s.detail for s in node.sources[0] if s.kind == "var"]
     return keys[0] if len(keys) == 1 else ""
+
+
+# -- at run time: the whole program's executor (program_runner.py) --------------------------
+
+
+def unvalued(records: list) -> list[tuple[int, int, Placeholder]]:
+    """(op position, output, placeholder) of the issued ops' outputs Python still holds that
+    have no value yet."""
+    return [(position, k, ph) for position, (_, _, refs) in enumerate(records)
+            for k, ref in enumerate(refs) if (ph := ref()) is not None and ph.value is None]
+
+
+def give_values(targets: list, values: list) -> None:
+    """The replayed values into their placeholders (no longer waited for in a fetch queue)."""
+    for (_, _, ph), value in zip(targets, values):
+        ph.value = value
+        ph.queued = False
+        ph.replayed = True
+
+
+def fed_index(options: tuple) -> int | None:
+    for i, o in enumerate(options):
+        if o == FEED or type(o) is Constant:
+            return i
+    return None
+
+
+def index_of(options: tuple, node: int, output: int) -> int:
+    for i, s in enumerate(options):
+        if type(s) is Source and s.index == node and s.output == output:
+            return i
+    raise PathError(f"an input comes from node {node}, which the program never feeds there")

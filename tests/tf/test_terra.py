@@ -2,6 +2,7 @@
 Nothing here co-executes: the tests that compare results assert that too (what_ran.py)."""
 
 import gc
+import weakref
 
 import keras
 import numpy as np
@@ -156,3 +157,24 @@ def test_bad_options():
         Terra(mode="trace", max_fallbacks=0)
     with pytest.raises(TerraUsageError, match="learned="):
         Terra(mode="trace", learned=object())
+
+
+def test_learned_state_does_not_keep_dropped_variables():
+    """A Learned kept across notebook cells holds the variables it saw weakly: once the user drops
+    the model, its variables are freed although the Learned lives on."""
+    def run(v, learned=None):
+        with Terra(mode="trace", learned=learned) as terra:
+            for _ in terra.loop(range(2)):
+                v.assign_add(tf.ones((3,)))
+        return terra
+
+    v = tf.Variable(tf.ones((3,)))
+    first = run(v)
+    assert len(first.learned.handles) == 1  # seen while the variable lives
+    dropped = weakref.ref(v)
+    del v
+    gc.collect()
+    assert dropped() is None, "the Learned kept the variable alive"
+    assert len(first.learned.handles) == 0
+    second = run(tf.Variable(tf.ones((3,))), first.learned)
+    assert phases(second) == ["tracing", "tracing"]
