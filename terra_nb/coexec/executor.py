@@ -24,6 +24,12 @@ from ..capture.placeholder import Placeholder
 from ..capture.signature import Entry
 from .handover import hand_over
 
+# The one flush policy of both plans: work Python issued goes to the graph when it holds this many
+# items (ops of a segment; decisions and feeds of the whole program), when Python issues an op
+# whose value it read in an earlier iteration (the graph computes it while Python goes on), when
+# Python waits for a value, and at the end of the iteration.
+FLUSH_AT = 512
+
 
 @dataclass(slots=True)
 class IssuedOp:

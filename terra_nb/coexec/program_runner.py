@@ -30,7 +30,7 @@ from .. import capture
 from ..capture.location import LocationTable
 from ..capture.placeholder import Placeholder
 from .control_flow import PathError, PathWalker
-from .executor import IssuedOp, KeptPlaceholders
+from .executor import FLUSH_AT, IssuedOp, KeptPlaceholders
 from .graph_runner import GraphRunner, ProgramRun, ProgramRuns, real_argument
 from .lower import Wire, make_segment, run_segment
 from .program_constants import Constant, ConstantLearner
@@ -46,9 +46,8 @@ class WholeProgram:
     regenerate the program holding them as constants.
     Decisions and feeds are held back and sent together (``flush``): when Python issued an op
     whose value it read in an earlier iteration (``read_nodes``), before it waits for a value, at
-    the end of the iteration, and every ``batch`` of them."""
+    the end of the iteration, and every ``FLUSH_AT`` of them (executor.py: one flush policy)."""
 
-    batch = 256  # decisions and feeds held back at most before they are sent
 
     claims_pure_calls = True  # a value carried from a traced iteration is the program's work
 
@@ -166,7 +165,7 @@ class WholeProgram:
         self.kept.add(outs)  # any of them may outlive the loop
         self._decisions += decisions
         self._feeds += feeds
-        if node.id in self.read_nodes or len(self._decisions) + len(self._feeds) >= self.batch:
+        if node.id in self.read_nodes or len(self._decisions) + len(self._feeds) >= FLUSH_AT:
             self.flush()  # a value Python reads: the program computes it while Python goes on
         return len(feeds)
 

@@ -55,7 +55,7 @@ from .call_args import (
     tape_inputs,
 )
 from .control_flow import PathError
-from .executor import Executor, IssuedOp, KeptPlaceholders
+from .executor import FLUSH_AT, Executor, IssuedOp, KeptPlaceholders
 from .graph_runner import GraphRunner
 from .interrupts import DeferredInterrupts
 from .segment_executor import PythonLane, SegmentExecutor
@@ -74,7 +74,7 @@ class PythonRunner:
     intercepts = True
 
     def __init__(self, locations: LocationTable, index: SignatureIndex, *, lazy: bool,
-                 xla: bool, chunk_ops: int = 512, compile_after: int = 2,
+                 xla: bool, chunk_ops: int = FLUSH_AT, compile_after: int = 2,
                  handles: dict | None = None) -> None:
         self.locations = locations
         self.index = index
