@@ -172,6 +172,7 @@ class SignatureIndex:
     """Call signature -> Entry (or FAST_FALLBACK), learned from traced iterations."""
 
     max_inferred = 10_000
+    max_siblings = 16  # known calls kept per site for inference
 
     def __init__(self) -> None:
         self.entries: dict[tuple, Entry | str] = {}
@@ -186,9 +187,10 @@ class SignatureIndex:
         # Calls answered by shape inference, oldest first: a loop indexing by its step (``x[i]``)
         # makes one per iteration, so only the newest ``max_inferred`` are kept.
         self._inferred: deque[tuple] = deque()
-        # site_key of a known call -> its answer (another call at the same site is answered
-        # alike, with output shapes from shape inference)
-        self._siblings: dict[tuple, Entry | str] = {}
+        # site_key of known calls -> their (signature, answer)s: another call at the same site
+        # is answered alike, with output shapes from shape inference. Several: two layers' ops
+        # share a location (a Keras Sequential's loop over its layers)
+        self._siblings: dict[tuple, list[tuple[tuple, Entry | str]]] = {}
 
     def unknown(self, signatures) -> tuple | None:
         """The first call of a traced iteration (its (signature, fast-path signature) pairs) that
@@ -221,18 +223,28 @@ class SignatureIndex:
                     structure=structure or _structure(op.op_type, sig),
                 )
                 self._sites.setdefault(sig[:2], []).append(sig)
-                self._siblings.setdefault(site_key(sig), self.entries[sig])
+                self._add_sibling(sig, self.entries[sig])
             if fast_sig is not None and fast_sig not in self.entries:
                 self.entries[fast_sig] = FAST_FALLBACK
-                self._siblings.setdefault(site_key(fast_sig), FAST_FALLBACK)
+                self._add_sibling(fast_sig, FAST_FALLBACK)
             self.node_locations.setdefault(mapping[op.index], op.location)
             if op.fetched:
                 self.fetched_nodes.add(mapping[op.index])
 
+    def _add_sibling(self, sig: tuple, answer: Entry | str) -> None:
+        known = self._siblings.setdefault(site_key(sig), [])
+        if len(known) < self.max_siblings:
+            known.append((sig, answer))
+
     def sibling(self, sig: tuple) -> Entry | str | None:
         """A known call that differs from ``sig`` only in input shapes, shape-defining values
-        (``x[:, t]`` for a new ``t``) or list lengths: its answer holds but for those."""
-        return self._siblings.get(site_key(sig))
+        (``x[:, t]`` for a new ``t``) or list lengths: its answer holds but for those. Of
+        several, the one sharing the most inputs with ``sig`` (a layer's weights: its node)."""
+        known = self._siblings.get(site_key(sig))
+        if not known:
+            return None
+        inputs = sig[3]
+        return max(known, key=lambda k: sum(a == b for a, b in zip(k[0][3], inputs)))[1]
 
     def add(self, sig: tuple, sibling: Entry | str, attrs: tuple = (), inputs: tuple = (),
             outputs: list[tuple] = ()) -> Entry | str:

@@ -47,19 +47,7 @@ CORPUS_IN_WHOLE = {
     "smaller_last_batch": {"fell_back": {6: "changed from the value the program holds"},
                            "last": 0},
 }
-WRONG_SIBLING = pytest.mark.xfail(strict=True, reason=(
-    "the last batch (3 rows, iteration 6) falls back for a wrong reason, 'node 3 where the "
-    "program has node 8' at MatMul: the second Dense layer's MatMul, of a new shape, gets the "
-    "inferred answer of the first layer's (SignatureIndex.sibling keeps one known call per "
-    "site_key: op, location, attrs, dtypes and ranks, the same for both layers), so it is "
-    "answered as the wrong TraceGraph node; with one layer it gets past that and the program, "
-    "run with the constant it holds for the mean's gradient (shape [8, 1]), raises "
-    "InvalidArgumentError 'Incompatible shapes: [8,1] vs. [3,1]' where eager does not"))
-CORPUS_PARAMS = [pytest.param(p, marks=WRONG_SIBLING) if p.__name__ == "smaller_last_batch"
-                 else p for p in CORPUS]
-
-
-@pytest.mark.parametrize("program", CORPUS_PARAMS, ids=lambda p: p.__name__)
+@pytest.mark.parametrize("program", CORPUS, ids=lambda p: p.__name__)
 def test_corpus_equals_eager_in_the_whole_program(program):
     values, variables, printed, _ = run(program, "plain")
     values2, variables2, printed2, terra = run(program, "whole")
