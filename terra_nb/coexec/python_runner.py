@@ -165,7 +165,10 @@ class PythonRunner:
     def drain(self) -> None:
         """Run every confirmed op and raise a failure Python was not told of yet."""
         for plan in self.plans:
-            plan.catch_up() if plan is self.segments else plan.sync()
+            if plan is self.segments:
+                plan.catch_up()  # flushes what is pending too
+            else:
+                plan.sync()
 
     def close(self) -> None:
         """Run every confirmed op, stop the graph side, keep live placeholders usable."""
