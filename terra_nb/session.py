@@ -211,6 +211,8 @@ class Terra:
         if self._iteration is not None:
             raise TerraUsageError("a Terra iteration is already running; iterations cannot nest")
         iteration = ExitStack()
+        if self._interception is not None and self._interception.settling():
+            self._engine.keep_tracing()
         iteration.enter_context(self._engine.begin(root_frame, len(self._stats)))
         if self._interception is not None:  # inside the engine's capture: regions tee into it
             iteration.enter_context(self._interception.iteration())

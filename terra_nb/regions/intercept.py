@@ -27,6 +27,7 @@ def _targets() -> list[tuple[type, str]]:
             (keras.optimizers.Optimizer, "apply_gradients")]
 
 
+SETTLE_ITERATIONS = 8  # iterations kept running for real while regions form
 _local = threading.local()  # regions: the Regions of this thread's open iteration; depth
 _lock = threading.Lock()
 _users = 0
@@ -79,6 +80,7 @@ class Interception:
     def __init__(self) -> None:
         self.regions = Regions()
         self._hold: contextlib.ExitStack | None = None
+        self._settled = 0
 
     def _created(self, next_creator, **kwargs):
         self.regions.epoch += 1
@@ -99,6 +101,16 @@ class Interception:
         hold, self._hold = self._hold, None
         if hold is not None:
             hold.close()
+
+    def settling(self) -> bool:
+        """Whether the last iteration traced a call on its way to a region (or formed one): the
+        next one should run for real too (at most ``SETTLE_ITERATIONS`` times)."""
+        regions = self.regions
+        settling, regions.changed = regions.changed, False
+        if settling and self._settled < SETTLE_ITERATIONS:
+            self._settled += 1
+            return True
+        return False
 
     @contextlib.contextmanager
     def iteration(self):

@@ -90,6 +90,7 @@ class Regions:
         self.rows: dict[tuple, RegionRow] = {}
         self.formed_for: dict[tuple, int] = {}  # (object id, method) -> regions formed
         self.epoch = 0  # variables created in the loop's thread
+        self.changed = False  # a call was traced on its way to a region, or one formed
 
     def state(self, layers: list) -> tuple:
         """Trainable flags of the object's layers; the variable count."""
@@ -127,6 +128,7 @@ class Regions:
         return row
 
     def _trace(self, key, row: RegionRow, obj, fn, args, kwargs, tensors):
+        self.changed = True
         layers = [o for o in objects_of(obj) if hasattr(o, "trainable")]
         before = self.state(layers)
         tee = RecordingTee(hooks.current_sink())
