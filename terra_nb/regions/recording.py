@@ -110,13 +110,24 @@ class Recording:
         with capture.bypass():
             for p, raw in enumerate(tee.raw):
                 self._add_op(p, *raw[:4])
+            self._split_reads(tee.fetched)
         self.out_struct = result
         self.out_wires = [self._out_wire(leaf) for leaf in tf.nest.flatten(result)]
-        # Reads of shape-derived values (Keras' Dropout reads its noise shape) are fixed by the
-        # guard's input specs; any other read is a Python-visible effect.
-        self.reads = [t for t in tee.fetched
-                      if self._made.get(t._id, (-1,))[0] not in self._shape_derived]
         self.created_vars = any(op.op_type in VARIABLE_OPS for op in self.ops)
+
+    def _split_reads(self, fetched: list) -> None:
+        """Reads of shape-derived values (Keras' Dropout reads its noise shape) are fixed by the
+        guard's input specs; boolean scalars made by the call's ops are its branch decisions
+        (``branches.py``: op position, output, value); any other read is an effect."""
+        self.reads, self.branches = [], []
+        for t in fetched:
+            made = self._made.get(t._id)
+            if made is not None and made[0] in self._shape_derived:
+                continue
+            if made is not None and t.dtype == tf.bool and t.shape.rank == 0:
+                self.branches.append((*made, bool(t.numpy())))
+            else:
+                self.reads.append(t)
 
     def _add_op(self, p: int, op_type: str, call_args, raw_attrs, outputs) -> None:
         inputs, attrs = split_call(op_type, call_args, raw_attrs)
@@ -169,4 +180,4 @@ class Recording:
         handles = tuple((k, h._id) for k, h in self.handles.items())
         outs = tuple(w if isinstance(w, Wire) else id(w) for w in self.out_wires)
         ops = tuple((o.op_type, o.attrs, o.inputs) for o in self.ops)
-        return ops, self.paused, consts, handles, outs, self.args
+        return ops, self.paused, consts, handles, outs, self.args, tuple(self.branches)

@@ -17,6 +17,7 @@ from tensorflow.python.eager import context, execute, record
 from .. import capture
 from ..coexec.lower import Segment, Wire, compile_segment
 from .backward import build_backward, trainable_dtype
+from .branches import guard_segment
 from .recording import Recording
 
 _CONFIG: list[bytes] = []
@@ -72,6 +73,22 @@ class Region:
         self.outs = [w for w in rec.out_wires if isinstance(w, Wire) and w.kind == "op"]
         with capture.bypass():
             self.forward = self._forward(())
+            segment = guard_segment(rec) if rec.branches else None
+            self.branch_guard = None if segment is None else \
+                FastCall(compile_segment(segment, rec.captures))
+        self.branch_values = [v for _, _, v in rec.branches]
+
+    @property
+    def guarded_branches(self) -> bool:
+        """Whether every branch the call decided can be checked before it runs."""
+        return not self.branch_values or self.branch_guard is not None
+
+    def branches_hold(self, args: list) -> bool:
+        """Whether the call would decide its branches as when it was recorded."""
+        if self.branch_guard is None:
+            return True
+        values = self.branch_guard(*args)
+        return all(bool(v) == want for v, want in zip(values, self.branch_values))
 
     def dtype(self, key: tuple) -> str:
         if key[0] == "var":

@@ -110,10 +110,13 @@ class Regions:
         region = self.table.get(key)
         if region is not None:
             if region.obj is obj and region.state == self.state(region.layers):
-                self.rows[key].hits += 1
-                return region.run(tensors)
+                if region.branches_hold(tensors):
+                    self.rows[key].hits += 1
+                    return region.run(tensors)
+                self.rows[key].miss("a branch decided in Python went the other way")
+            else:
+                self.rows[key].miss("a variable was created or a trainable flag changed")
             del self.table[key]
-            self.rows[key].miss("stale: a variable was created or a trainable flag changed")
         elif self.formed_for.get((id(obj), method)):
             self._row(key, obj, method).misses += 1  # new specs for an object with regions
         row = self._row(key, obj, method)
@@ -166,6 +169,9 @@ class Regions:
             row.refuse(f"reads {len(unknown)} variable(s) the object does not own")
             return
         region = Region(rec, variables, obj, row.name)
+        if not region.guarded_branches:
+            row.refuse("value read: a branch decided after the call changed a variable")
+            return
         region.layers, region.state = layers, self.state(layers)
         self.table[key] = region
         ident = (id(obj), key[1])
