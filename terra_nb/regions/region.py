@@ -25,12 +25,14 @@ _CONFIG: list[bytes] = []
 
 def _config() -> bytes:
     """The functions' config: grappler's arithmetic optimizer off (it re-associates AddN, the
-    gradient terms of a BatchNormalization input, 1 ulp off eager)."""
+    gradient terms of a BatchNormalization input, 1 ulp off eager) and its remapper off (its
+    fused MatMul+BiasAdd+Relu turns a NaN into 0 where eager's Relu keeps it)."""
     if not _CONFIG:
         config = context.context().config  # a copy
         config.allow_soft_placement = True
-        config.graph_options.rewrite_options.arithmetic_optimization = \
-            rewriter_config_pb2.RewriterConfig.OFF
+        rewrites = config.graph_options.rewrite_options
+        rewrites.arithmetic_optimization = rewriter_config_pb2.RewriterConfig.OFF
+        rewrites.remapping = rewriter_config_pb2.RewriterConfig.OFF
         _CONFIG.append(config.SerializeToString())
     return _CONFIG[0]
 
