@@ -18,6 +18,7 @@ import threading
 
 import keras
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 from .table import Regions
 
@@ -38,8 +39,8 @@ def _wrap(original, method: str):
     @functools.wraps(original)
     def wrapper(self, *args, **kwargs):
         regions = getattr(_local, "regions", None)
-        if regions is None or _local.depth:
-            return original(self, *args, **kwargs)
+        if regions is None or _local.depth or not context.executing_eagerly():
+            return original(self, *args, **kwargs)  # nested, outside an iteration, in a graph
         _local.depth = 1
         try:
             return regions.call(self, method, functools.partial(original, self), args, kwargs)

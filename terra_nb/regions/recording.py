@@ -111,8 +111,11 @@ class Recording:
             for p, raw in enumerate(tee.raw):
                 self._add_op(p, *raw[:4])
             self._split_reads(tee.fetched)
-        self.out_struct = result
-        self.out_wires = [self._out_wire(leaf) for leaf in tf.nest.flatten(result)]
+        leaves = tf.nest.flatten(result)
+        self.out_wires = [self._out_wire(leaf) for leaf in leaves]
+        # the result's structure, without keeping its tensors alive
+        self.out_struct = tf.nest.pack_sequence_as(
+            result, [None if isinstance(leaf, tf.Tensor) else leaf for leaf in leaves])
         self.created_vars = any(op.op_type in VARIABLE_OPS for op in self.ops)
 
     def _split_reads(self, fetched: list) -> None:

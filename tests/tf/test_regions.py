@@ -185,3 +185,32 @@ def test_options_and_summary():
             pass
     assert not terra.regions.enabled and "off" in str(terra.regions)
     assert "off" not in str(terra.explain())
+
+
+def test_keras_side_outputs_are_refused():
+    """An activity regulariser adds a loss in ``call``: a region would lose it."""
+
+    def program(loop):
+        model = keras.Sequential([keras.Input((8,)), CountingDense(
+            4, activity_regularizer=keras.regularizers.L2(0.1))])
+        CALLS.clear()
+        out = []
+        for x, _ in loop(data(6)):
+            y = model(x, training=True)
+            out.append(float(tf.reduce_sum(y) + tf.add_n(model.losses)))
+        return out, state_of(model)
+
+    terra, calls, eager_calls = compare(program, EAGER)
+    (row,) = rows(terra, "Sequential.__call__")
+    assert row.state == "refused" and "side output: losses added by" in row.reason
+    assert calls == eager_calls
+
+
+def test_calls_inside_a_user_tf_function_pass_through():
+    model = sequential()
+    step = tf.function(lambda x: model(x, training=False))
+    x = data(1)[0][0]
+    with Terra(mode="eager", regions=True) as terra:
+        out = [step(x) for _ in terra.loop(range(3))]
+    assert terra.regions.rows == ()
+    np.testing.assert_array_equal(out[-1].numpy(), model(x, training=False).numpy())
