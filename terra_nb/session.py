@@ -141,7 +141,11 @@ class Terra:
         self._engine = self._make_engine()
         if self.use_regions:
             self._interception = Interception()
-            self._interception.open()
+            try:
+                self._interception.open()
+            except BaseException:
+                self._engine.close()
+                raise
         _open.terra = self
         self._state = "open"
         return self

@@ -21,6 +21,8 @@ from .branches import guard_segment
 from .recording import Recording
 
 _CONFIG: list[bytes] = []
+DECLINED = object()  # Region.run: the call must run its Python (higher-order gradients)
+_HIGHER_ORDER = 2  # TFE_Py_TapeSetPossibleGradientTypes: more than one tape, or a forward one
 
 
 def _config() -> bytes:
@@ -113,8 +115,8 @@ class Region:
         return hit
 
     def run(self, args: list):
-        """A hit: the object's Python does not run."""
-        self.hits += 1
+        """A hit: the object's Python does not run. ``DECLINED`` when the gradient may be
+        differentiated again (nested tapes, forward accumulators): B is not differentiable."""
         watched = ()
         taped = record.could_possibly_record() and bool(self.t_vars or self.float_args)
         if taped:
@@ -122,6 +124,10 @@ class Region:
             for v in self.t_vars:  # as a ReadVariableOp does in eager: the tape watches the var
                 pywrap_tfe.TFE_Py_TapeVariableAccessed(v)
             taped = bool(watched or self.t_vars)
+            inputs = [args[i] for i in watched] + self.t_handles
+            if taped and pywrap_tfe.TFE_Py_TapeSetPossibleGradientTypes(inputs) == _HIGHER_ORDER:
+                return DECLINED
+        self.hits += 1
         if not taped:
             flat = self.forward(*args)
         else:

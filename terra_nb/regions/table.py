@@ -21,7 +21,7 @@ from ..capture import hooks
 from ..capture.placeholder import Placeholder
 from .effects import EffectProbe, objects_of, side_outputs
 from .recording import Recording, RecordingTee
-from .region import Region
+from .region import DECLINED, Region
 from .summary import RegionRow, RegionSummary
 
 REFUSE_AFTER = 3  # traced calls in a row with an effect
@@ -111,8 +111,12 @@ class Regions:
         if region is not None:
             if region.obj is obj and region.state == self.state(region.layers):
                 if region.branches_hold(tensors):
-                    self.rows[key].hits += 1
-                    return region.run(tensors)
+                    result = region.run(tensors)
+                    if result is not DECLINED:
+                        self.rows[key].hits += 1
+                        return result
+                    self.rows[key].misses += 1  # nested tapes: its Python runs, untraced
+                    return fn(*args, **kwargs)
                 self.rows[key].miss("a branch decided in Python went the other way")
             else:
                 self.rows[key].miss("a variable was created or a trainable flag changed")

@@ -4,6 +4,8 @@ program (same seed, same data: values, printed text and variables bit-identical)
 ran: regions formed and hit, the object's Python not run on hits (``CALLS`` is counted outside
 the objects), and under coexec the share of co-executed iterations."""
 
+import threading
+
 import keras
 import numpy as np
 import pytest
@@ -166,11 +168,20 @@ def test_only_the_outer_call_is_a_region(mode):
 def test_calls_outside_iterations_and_other_threads_pass_through():
     model = sequential()
     x = data(1)[0][0]
+
+    def elsewhere():
+        model(x)
+
     with Terra(mode="eager", regions=True) as terra:
         for _ in range(2):
             model(x)  # between iterations: untouched
         for _ in terra.loop(range(4)):
             model(x)
+            CALLS.clear()
+            thread = threading.Thread(target=elsewhere)
+            thread.start()
+            thread.join()
+            assert CALLS["Dense.call"] == 2  # another thread: its Python ran
     (row,) = rows(terra, "Sequential.__call__")
     assert row.hits == 2  # formed from the loop's first two calls only
     assert keras.Layer.__call__.__name__ == "__call__"
@@ -214,3 +225,28 @@ def test_calls_inside_a_user_tf_function_pass_through():
         out = [step(x) for _ in terra.loop(range(3))]
     assert terra.regions.rows == ()
     np.testing.assert_array_equal(out[-1].numpy(), model(x, training=False).numpy())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_nested_tapes_run_the_python(mode):
+    """A second-order gradient needs a differentiable backward: under two tapes the call runs
+    its Python (a guard miss), under one it is a hit."""
+
+    def program(loop):
+        model = sequential()
+        CALLS.clear()
+        out = []
+        for i, (x, _) in enumerate(loop(data(12))):
+            with tf.GradientTape() as outer:
+                outer.watch(x)
+                with tf.GradientTape() as inner:
+                    inner.watch(x)
+                    y = tf.reduce_sum(model(x, training=True) ** 2)
+                g = inner.gradient(y, x)
+                z = tf.reduce_sum(g * g) if i % 2 else tf.reduce_sum(g)
+            out.append(float(tf.reduce_sum(outer.gradient(z, x))))
+        return out, state_of(model)
+
+    terra, calls, eager_calls = compare(program, OPTIONS[mode], at_least=0.3)
+    assert calls == eager_calls  # every call ran its Python
+    assert terra.regions.hits == 0
