@@ -37,6 +37,7 @@ class CellOptions:
     xla: bool = False
     compile_after: int = 2
     program: str = "segments"
+    regions: bool = False
     viz: bool = False
     quiet: bool = False
     progress_interval: float = 0.5
@@ -46,7 +47,7 @@ class CellOptions:
     def engine(self) -> tuple:
         """The options that change what the engine learns (the cache key's part)."""
         return (self.mode, self.max_fallbacks, self.strict, self.xla, self.compile_after,
-                self.program)
+                self.program, self.regions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +121,7 @@ class CellRunner:
             xla=options.xla,
             compile_after=options.compile_after,
             program=options.program,
+            regions=options.regions,
             learned=self._learned.get(cell.key),
         )
 

@@ -75,6 +75,10 @@ class TerraMagics(Magics, Configurable):
         "--program", choices=("segments", "whole"), default="segments",
         help="run the graph as compiled segments, or as one whole program per iteration",
     )
+    @ma.argument(
+        "--regions", action=argparse.BooleanOptionalAction, default=False,
+        help="answer outermost Keras calls (models, losses, apply_gradients) with compiled regions",
+    )
     @ma.argument("--quiet", action="store_true", help="no progress line, no summary")
     @output_can_be_silenced
     @cell_magic("terra")
@@ -111,6 +115,7 @@ class TerraMagics(Magics, Configurable):
             xla=args.xla,
             compile_after=args.compile_after,
             program=args.program,
+            regions=args.regions,
             viz=self.viz if args.viz is None else args.viz,
             quiet=args.quiet or self.quiet,
             progress_interval=self.progress_interval,

@@ -38,6 +38,7 @@ class Status:
     runs_op_by_op: int = 0  # segment runs that executed their ops one by one
     whole_program: str = ""  # the whole program's summary (``--program whole``)
     plan: str = "segments"  # which plan shape co-executes: "segments" or "whole"
+    regions: str = ""  # the regions' totals (``--regions``), else empty
 
     def __str__(self) -> str:
         covered = "never" if self.covered_at is None else f"from iteration {self.covered_at}"
@@ -55,6 +56,8 @@ class Status:
         ]
         if self.whole_program:
             lines.append(f"program     {self.whole_program}")
+        if self.regions:
+            lines.append(f"regions     {self.regions}")
         if self.error:
             where = "" if self.stopped_at is None else f" in iteration {self.stopped_at}"
             lines.append(f"error       {self.error}{where}")
@@ -93,7 +96,13 @@ def status_of(terra: Any, error: BaseException | None = None) -> Status:
         runs_op_by_op=terra.runs_op_by_op,
         whole_program=_whole_program(terra),
         plan=getattr(terra, "program_kind", "segments"),
+        regions=_regions(terra),
     )
+
+
+def _regions(terra: Any) -> str:
+    summary = getattr(terra, "regions", None)
+    return summary.line() if summary is not None and summary.enabled else ""
 
 
 def _whole_program(terra: Any) -> str:
@@ -126,7 +135,10 @@ def named_fallback(fallback: Any) -> Any:
 
 def explanation_of(terra: Any) -> Explanation:
     """The fallbacks of ``terra``'s run, their cells named (``%terra explain``)."""
-    return Explanation(terra.mode, tuple(map(named_fallback, terra.explain())))
+    explained = terra.explain()
+    regions = getattr(explained, "regions", None)
+    return Explanation(terra.mode, tuple(map(named_fallback, explained)),
+                       str(regions) if regions is not None and regions.enabled else "")
 
 
 def pretty_fallback(fallback: Any, printer: Any, cycle: bool) -> None:
@@ -137,15 +149,16 @@ def pretty_fallback(fallback: Any, printer: Any, cycle: bool) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Explanation:
-    """The fallbacks of the last run, one line each."""
+    """The fallbacks of the last run, one line each; then the regions table (``--regions``)."""
 
     mode: str
     fallbacks: tuple[Any, ...]
+    regions: str = ""  # the regions' table (``--regions``), else empty
 
     def __str__(self) -> str:
-        if not self.fallbacks:
-            return f"no fallbacks in the last run (mode {self.mode})"
-        return "\n".join(str(f) for f in self.fallbacks)
+        lines = [str(f) for f in self.fallbacks] or [f"no fallbacks in the last run (mode "
+                                                     f"{self.mode})"]
+        return "\n".join(lines + ([self.regions] if self.regions else []))
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))

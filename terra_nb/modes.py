@@ -69,6 +69,9 @@ class EagerEngine:
     def begin(self, root_frame, iteration: int):
         return contextlib.nullcontext()
 
+    def keep_tracing(self) -> None:
+        """Run the next iteration for real (regions are forming from its calls)."""
+
     def end(self) -> IterationResult:
         return IterationResult("eager")
 
@@ -184,6 +187,11 @@ class CoexecEngine:
             sys.setswitchinterval(SWITCH_INTERVAL)
         finally:
             interrupts.leave()  # raises a Ctrl-C that came meanwhile
+
+    def keep_tracing(self) -> None:
+        """Trace the next iteration (regions are forming from its calls, which must run for
+        real); ``end`` decides again from it whether the loop is ready."""
+        self.ready = False
 
     def begin(self, root_frame, iteration: int):
         self._iteration = iteration

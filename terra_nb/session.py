@@ -26,6 +26,7 @@ from typing import Any
 
 from .errors import TerraError, TerraUsageError
 from .modes import CoexecEngine, EagerEngine, IterationResult, Learned, TraceEngine
+from .regions import Explained, Interception, RegionSummary
 from .timeline import RunnerSpan, SpanFeed, SpanLog
 from .trace.tracegraph import TraceGraph
 
@@ -93,6 +94,7 @@ class Terra:
         program: str = "segments",
         learned: Learned | None = None,
         keep_spans: int = 200,
+        regions: bool = False,
     ) -> None:
         """``max_fallbacks``: fallbacks within 20 iterations after which co-execution gives up
         and stays in tracing; ``strict``: a fallback after warm-up raises; ``xla``: compile the
@@ -102,8 +104,12 @@ class Terra:
         segments, ``"whole"`` runs each co-executed iteration as one generated program with
         ``switch_case``/``while_loop`` (coexec mode only; see ``Terra.program``); ``learned``:
         continue from an earlier Terra on the same code; ``keep_spans``: the runner spans of
-        this many last iterations are kept for the timeline (older ones only counted)."""
-        _check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned)
+        this many last iterations are kept for the timeline (older ones only counted); ``regions``:
+        answer outermost Keras calls (models, layers, losses, ``apply_gradients``) with compiled
+        regions (DESIGN section 5b; ``terra.regions`` lists them)."""
+        _check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned, regions)
+        self.use_regions = regions
+        self._interception: Interception | None = None
         self.mode = mode
         self.max_fallbacks = max_fallbacks
         self.strict = strict
@@ -133,6 +139,13 @@ class Terra:
                 "a Terra context is already open in this thread; Terra contexts cannot be nested"
             )
         self._engine = self._make_engine()
+        if self.use_regions:
+            self._interception = Interception()
+            try:
+                self._interception.open()
+            except BaseException:
+                self._engine.close()
+                raise
         _open.terra = self
         self._state = "open"
         return self
@@ -153,6 +166,8 @@ class Terra:
         finally:
             _open.terra = None
             self._state = "closed"
+            if self._interception is not None:
+                self._interception.close()
             try:
                 self._engine.close()  # runs every confirmed op, stops the GraphRunner
             except Exception:
@@ -200,7 +215,11 @@ class Terra:
         if self._iteration is not None:
             raise TerraUsageError("a Terra iteration is already running; iterations cannot nest")
         iteration = ExitStack()
+        if self._interception is not None and self._interception.settling():
+            self._engine.keep_tracing()
         iteration.enter_context(self._engine.begin(root_frame, len(self._stats)))
+        if self._interception is not None:  # inside the engine's capture: regions tee into it
+            iteration.enter_context(self._interception.iteration())
         self._iteration = iteration  # only once it began: an error raised there ends nothing
         self._t_start = time.perf_counter()
 
@@ -250,10 +269,18 @@ class Terra:
 
     # -- results ----------------------------------------------------------------------------
 
-    def explain(self) -> tuple[Fallback, ...]:
+    def explain(self) -> Explained:
         """Every fallback so far, and every covered iteration that still traced: iteration,
-        reason, op and user source line."""
-        return tuple(self._fallbacks)
+        reason, op and user source line (a tuple); its ``regions`` (and ``str()``) list the
+        regions formed, their hits, guard misses and refusals."""
+        return Explained(self._fallbacks, self.regions)
+
+    @property
+    def regions(self) -> RegionSummary:
+        """What the regions did (``Terra(regions=True)``): one row per guarded call."""
+        if self._interception is None:
+            return RegionSummary(enabled=self.use_regions)
+        return self._interception.regions.summary()
 
     @property
     def graph(self) -> TraceGraph:
@@ -306,7 +333,8 @@ class Terra:
                 self._spans.add(self._graph_feed.take(runner.graph.spans))
 
 
-def _check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned) -> None:
+def _check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned,
+                   regions=False) -> None:
     """Raise ``TerraUsageError`` naming the first option of ``Terra(...)`` that is off."""
     if mode not in MODES:
         raise TerraUsageError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -320,6 +348,8 @@ def _check_options(mode, max_fallbacks, compile_after, program, keep_spans, lear
         raise TerraUsageError(f"program='whole' needs mode='coexec', not {mode!r}")
     if learned is not None and not isinstance(learned, Learned):
         raise TerraUsageError("learned= takes the .learned of an earlier Terra")
+    if not isinstance(regions, bool):
+        raise TerraUsageError(f"regions must be True or False, got {regions!r}")
 
 
 def _exec_spans(iteration: int, phase: str, start: float, end: float, stalls) -> list[RunnerSpan]:

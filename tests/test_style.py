@@ -46,17 +46,22 @@ def test_functions_are_under_50_lines():
 
 
 def test_stage_imports_point_one_way():
-    """Plain data at the bottom (trace/), then capture/, then coexec/; the engine never imports
-    the views or the extension, and trace/ never imports TensorFlow."""
-    below = {"trace": set(), "capture": {"trace"}, "coexec": {"trace", "capture"}}
+    """Plain data at the bottom (trace/), then capture/, then coexec/, then regions/ (which uses
+    capture and coexec.lower; session and modes sit above it); the engine never imports the
+    views or the extension, trace/ never imports TensorFlow and regions/ never IPython."""
+    below = {"trace": set(), "capture": {"trace"}, "coexec": {"trace", "capture"},
+             "regions": {"trace", "capture", "coexec"}}
     wrong = []
     for stage, allowed in below.items():
         for path in sorted((ROOT / "terra_nb" / stage).glob("*.py")):
             text = path.read_text()
-            for other in ("trace", "capture", "coexec", "views"):
+            for other in ("trace", "capture", "coexec", "regions", "views"):
                 if other != stage and other not in allowed and re.search(
                         rf"^\s*from \.\.(?:{other}\b| import {other}\b)", text, re.M):
                     wrong.append(f"{stage}/{path.name} imports {other}")
             if stage == "trace" and re.search(r"^\s*(import|from) tensorflow", text, re.M):
                 wrong.append(f"trace/{path.name} imports TensorFlow")
+            if stage == "regions" and re.search(r"^\s*(import|from) (IPython|kernel_ext)", text,
+                                                re.M):
+                wrong.append(f"regions/{path.name} imports IPython")
     assert not wrong, wrong

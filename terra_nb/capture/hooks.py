@@ -123,6 +123,17 @@ def _outside_iteration(op_name) -> None:
         barrier(op_name)
 
 
+def current_sink() -> OpSink | None:
+    """The sink this thread's ops go to (None: none); a sink that wraps another (a tee) forwards
+    to it."""
+    return getattr(_local, "sink", None)
+
+
+def wait_at_barrier(op_name) -> None:
+    """What an eager op run outside any sink does first (a tee with no sink behind it calls it)."""
+    _outside_iteration(op_name)
+
+
 def set_barrier(barrier) -> None:
     """Call ``barrier(op_name)`` before every eager op this thread runs outside an iteration (the
     co-execution engine waits there for the graph, so eager code sees every confirmed update)."""

@@ -109,3 +109,32 @@ def test_failing_live_dashboard_never_breaks_the_cell(ip, capsys, monkeypatch):
     assert ip.run_cell("%%terra\nfor i in range(2):\n    y = i\n").success
     assert "no widget frontend" in capsys.readouterr().err
     assert ip.user_ns["y"] == 1
+
+
+KERAS_LOOP = """
+import keras, numpy as np, tensorflow as tf
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+opt = keras.optimizers.SGD(0.1)
+x = tf.constant(np.arange(8, dtype="float32").reshape(2, 4) / 8)
+for i in range(6):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(model(x) ** 2)
+    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                            model.trainable_variables))
+w = model.trainable_variables[0].numpy()
+"""
+
+
+def test_regions_flag_reaches_the_engine_and_the_reports(ip, no_views):
+    plain, terra = plain_and_terra(ip, "", KERAS_LOOP, "--mode eager --regions --quiet")
+    assert_same(plain, terra)
+    t = last(ip)
+    assert t.use_regions and t.regions.hits > 0
+    status = ip.run_line_magic("terra", "status")
+    assert status.regions == t.regions.line() and "formed" in str(status)
+    assert "Sequential.__call__" in str(ip.run_line_magic("terra", "explain"))
+    ip.run_cell_magic("terra", "--mode eager --no-regions --quiet", "x = 1\n")
+    assert not last(ip).use_regions and ip.run_line_magic("terra", "status").regions == ""
+    ip.run_cell_magic("terra", "--quiet", "x = 1\n")
+    assert not last(ip).use_regions  # off by default

@@ -1,0 +1,20 @@
+"""Regions (DESIGN section 5b): an outermost call from the loop into a Keras object (a layer or
+model ``__call__``, a loss ``__call__``, an optimizer ``apply_gradients``) answered, in steady
+state, by one compiled forward function made from the ops recorded when the call ran eagerly,
+and on the gradient tape by one op whose backward is one compiled function; the object's Python
+does not run. Guarded by the object, the argument specs, ``training``, the trainable flags of its
+layers and the variables created; refused when a traced run shows a Python-visible effect.
+
+    recording   the tee sink of one call; Recording: its ops as wired SegmentOps
+    effects     EffectProbe: stdout/stderr writes, changed attributes, random state, side outputs
+    backward    B: TensorFlow's gradient functions over the recorded ops, in eager tape order
+    region      Region: F, B, a hit; FastCall: a concrete function as one eager op
+    table       Regions: guard, traced calls, formation, hits, misses, refusals
+    summary     what the regions did, printable (terra.regions, explain())
+    intercept   the wrappers on Keras' methods while a Terra with regions is open
+"""
+
+from .intercept import Interception
+from .summary import Explained, RegionInfo, RegionSummary
+
+__all__ = ["Explained", "Interception", "RegionInfo", "RegionSummary"]

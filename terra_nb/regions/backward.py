@@ -1,0 +1,186 @@
+"""The backward function B of a region: TensorFlow's registered gradient functions applied to the
+recorded ops in the order eager's tape applies them (tape.h), staged into one ``tf.function``.
+
+``TapeView`` is the tape's view of a region for one set of watched arguments (pywrap_tfe
+RecordGradient: an op is taped if the tape was not paused and a trainable-dtype input is taped;
+tape.h PrepareBackprop: the taped ops reachable from the outputs, input usage counts, missing
+output counts per op). ``backward_body`` replays tape.h ComputeGradient over it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tensorflow as tf
+from tensorflow.python.eager import backprop
+from tensorflow.python.framework import ops as tf_ops
+from tensorflow.python.ops import gen_math_ops
+
+from ..coexec.lower import eager_attrs
+
+# tape.h FunctionsAcceptingNoneForIndicesMap: these get None, not zeros, for missing out-grads
+ACCEPTS_NONE = {"SoftmaxCrossEntropyWithLogits": {1}, "SparseSoftmaxCrossEntropyWithLogits": {1},
+                "FusedBatchNorm": {1, 2, 3, 4}}
+
+
+def wire_key(w) -> tuple:
+    return ("op", w.index, w.output) if w.kind == "op" else (w.kind, w.index)
+
+
+def trainable_dtype(dtype: str) -> bool:  # pywrap_tfe IsDtypeTrainable
+    if dtype in ("resource", "variant"):
+        return True
+    dt = tf.as_dtype(dtype)
+    return dt.is_floating or dt.is_complex
+
+
+def _grad_fn(op_type: str):
+    try:
+        return tf_ops._gradient_registry.lookup(op_type)
+    except LookupError:
+        return None
+
+
+def _aggregate(gs):  # backprop._aggregate_grads
+    return None if not gs else gs[0] if len(gs) == 1 else gen_math_ops.add_n(gs)
+
+
+@dataclass
+class TapeView:
+    on_tape: set
+    producer: dict  # taped value key -> op position
+    in_set: set  # taped ops reachable from the outputs
+    usage: dict  # value key -> uses by ops of in_set
+    missing: dict  # op position -> outputs still waiting for their gradient
+
+
+def tape_view(region, watched_args: tuple) -> TapeView:
+    rec = region.rec
+    on_tape = {("arg", i) for i in watched_args} | {("var", k) for k in region.trainable}
+    producer = {}
+    for p, op in enumerate(rec.ops):
+        if not rec.paused[p] and any(wire_key(w) in on_tape and
+                                     trainable_dtype(region.dtype(wire_key(w)))
+                                     for w in op.inputs):
+            for k in range(op.n_outputs):
+                on_tape.add(("op", p, k))
+                producer[("op", p, k)] = p
+    in_set, usage, stack = set(), {}, [wire_key(w) for w in region.outs]
+    while stack:
+        p = producer.get(stack.pop())
+        if p is None or p in in_set:
+            continue
+        in_set.add(p)
+        for k in map(wire_key, rec.ops[p].inputs):
+            if k not in usage and k in producer:
+                stack.append(k)
+            usage[k] = usage.get(k, 0) + 1
+    missing = {}
+    for k in usage:
+        if k in producer:
+            missing[producer[k]] = missing.get(producer[k], 0) + 1
+    return TapeView(on_tape, producer, in_set, usage, missing)
+
+
+class _Values:
+    """Forward values inside B: saved ones, constants, zeros where only a shape is read."""
+
+    def __init__(self, region, saved: dict) -> None:
+        self.region, self.saved, self.consts = region, saved, {}
+
+    def __call__(self, key):
+        if key in self.saved:
+            return self.saved[key]
+        if key[0] == "var":
+            if key[1] not in self.consts:  # a handle is captured as it is
+                c = self.region.rec.captures[key[1]]
+                self.consts[key[1]] = c if isinstance(c, tf.Tensor) else tf.constant(c)
+            return self.consts[key[1]]
+        dtype, shape = self.region.spec[key]
+        return tf.zeros(shape, dtype)  # only its shape is used
+
+
+def _op_grads(region, view: TapeView, p: int, out_grads: list, value) -> list:
+    """The gradients of op ``p``'s inputs (None where none), as backprop._gradient_function."""
+    op = region.rec.ops[p]
+    in_keys = [wire_key(w) for w in op.inputs]
+    if not any(g is not None for g in out_grads):
+        return [None] * len(in_keys)
+    for k, g in enumerate(out_grads):
+        if g is None and k not in ACCEPTS_NONE.get(op.op_type, ()):
+            dtype, shape = region.spec[("op", p, k)]
+            out_grads[k] = tf.zeros(shape, dtype)
+    fn = _grad_fn(op.op_type)
+    if fn is None:
+        return [None] * len(in_keys)
+    skip = tuple(i for i, k in enumerate(in_keys) if k not in view.on_tape)
+    mock = backprop._MockOp(eager_attrs(op.op_type, op.attrs), [value(k) for k in in_keys],
+                            [value(("op", p, k)) for k in range(op.n_outputs)], op.op_type, skip)
+    with tf.name_scope("gradient_tape/"):
+        g = fn(mock, *out_grads)
+    g = list(g) if isinstance(g, (list, tuple)) else [g]
+    return g + [None] * (len(in_keys) - len(g))
+
+
+def backward_body(region, watched_args: tuple, saved_keys: list):
+    """B's Python body: (saved forward values, output gradients) -> gradients of the watched
+    arguments, then of the trainable variable handles (zeros where none)."""
+    view = tape_view(region, watched_args)
+    outs = region.outs
+
+    def body(*flat):
+        value = _Values(region, dict(zip(saved_keys, flat[:len(saved_keys)])))
+        grads: dict = {}
+        for w, g in zip(outs, flat[len(saved_keys):]):
+            grads.setdefault(wire_key(w), []).append(g)
+        usage, missing, todo = dict(view.usage), dict(view.missing), set(view.in_set)
+        queue = [p for p in view.in_set if p not in missing]  # tape.h InitialStack
+        while queue:  # tape.h ComputeGradient: pop the back, ready ops go to the front
+            p = queue.pop()
+            if p not in todo:
+                continue
+            todo.discard(p)
+            op = region.rec.ops[p]
+            out_grads = [_aggregate(grads.pop(("op", p, k), None)) for k in range(op.n_outputs)]
+            in_grads = _op_grads(region, view, p, out_grads, value)
+            for k, g in zip(map(wire_key, op.inputs), in_grads):
+                if g is not None:
+                    grads.setdefault(k, []).append(g)
+                if k in usage:
+                    usage[k] -= 1
+                    if usage[k] == 0 and k in view.producer:
+                        missing[view.producer[k]] -= 1
+                        if missing[view.producer[k]] == 0:
+                            queue.insert(0, view.producer[k])
+        return _result(region, watched_args, grads)
+
+    return body
+
+
+def _result(region, watched_args: tuple, grads: dict) -> list:
+    res = [_aggregate(grads.get(("arg", i))) for i in watched_args]
+    res += [_aggregate(grads.get(("var", k))) for k in region.trainable]
+    specs = [region.rec.args[i] for i in watched_args] + \
+        [(v.dtype.name, tuple(v.shape)) for v in region.t_vars]
+    return [tf.zeros(s[1], s[0]) if g is None else g for g, s in zip(res, specs)]
+
+
+def build_backward(region, watched_args: tuple):
+    """B for ``watched_args``, traced twice: the first trace shows which forward values B really
+    reads. Returns (B's concrete function, the keys of the values it reads)."""
+    view = tape_view(region, watched_args)
+    ops = region.rec.ops
+    cand = sorted({wire_key(w) for p in view.in_set for w in ops[p].inputs if w.kind != "var"}
+                  | {("op", p, k) for p in view.in_set for k in range(ops[p].n_outputs)},
+                  key=lambda k: (k[0] != "op", k[1:]))  # op outputs first, then args
+    gy_specs = [tf.TensorSpec(region.spec[wire_key(w)][1], region.spec[wire_key(w)][0])
+                for w in region.outs]
+
+    def trace(keys):
+        specs = [tf.TensorSpec(region.spec[k][1], region.spec[k][0]) for k in keys] + gy_specs
+        body = backward_body(region, watched_args, keys)
+        return tf.function(body, autograph=False).get_concrete_function(*specs)
+
+    probe = trace(cand)
+    used = [k for k, ph in zip(cand, probe.graph.inputs) if ph.consumers()]
+    return trace(used), used

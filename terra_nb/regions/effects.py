@@ -1,0 +1,84 @@
+"""Python-visible effects of one traced call: what would be lost if its Python did not run.
+
+``EffectProbe`` watches writes to stdout/stderr, the attributes of the object and of its
+sublayers, and Python's and numpy's random state. Value reads and variable creation come from
+the recording (``Recording.reads``, ``Recording.created_vars``); Keras side outputs (layer
+losses such as activity regularisers, masks) from ``side_outputs``.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+
+import numpy as np
+
+
+class _CountingStream:
+    def __init__(self, stream) -> None:
+        self.stream, self.writes = stream, 0
+
+    def write(self, text):
+        self.writes += 1
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def _fingerprint(value):
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    if isinstance(value, (list, dict, set)):
+        return id(value), len(value)
+    return id(value)
+
+
+def objects_of(obj) -> list:
+    """The object and its sublayers (a Keras layer or model), or the object alone."""
+    layers = list(obj._flatten_layers()) if hasattr(obj, "_flatten_layers") else []
+    return layers + ([obj] if obj not in layers else [])
+
+
+class EffectProbe:
+    """Around one traced call of ``obj``; ``effects`` lists what it saw, one text each."""
+
+    def __init__(self, obj) -> None:
+        self.objs = objects_of(obj)
+        self.effects: list[str] = []
+
+    def _state(self) -> tuple:
+        return ([{k: _fingerprint(v) for k, v in vars(o).items()} for o in self.objs],
+                random.getstate(), np.random.get_state()[1].tobytes())
+
+    def __enter__(self) -> EffectProbe:
+        self.before = self._state()
+        self.out, self.err = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = _CountingStream(self.out), _CountingStream(self.err)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        writes = sys.stdout.writes + sys.stderr.writes
+        sys.stdout, sys.stderr = self.out, self.err
+        (attrs0, *rnd0), (attrs1, *rnd1) = self.before, self._state()
+        self.effects = [f"stdout/stderr write ({writes})"] if writes else []
+        for o, b, a in zip(self.objs, attrs0, attrs1):
+            changed = sorted(k for k in set(a) | set(b) if a.get(k, "?") != b.get(k, "?"))
+            if changed:
+                self.effects.append(f"attribute changed: {type(o).__name__}.{','.join(changed)}")
+        if rnd0 != rnd1:
+            self.effects.append("python/numpy random used")
+
+
+def side_outputs(obj, result) -> list[str]:
+    """Keras values a call leaves besides its result: layer losses (activity regularisers,
+    ``add_loss``) and masks on the outputs."""
+    found = []
+    for layer in objects_of(obj):
+        if getattr(layer, "_losses", None):
+            found.append(f"side output: losses added by {type(layer).__name__}")
+            break
+    leaves = result if isinstance(result, (list, tuple)) else [result]
+    if any(getattr(t, "_keras_mask", None) is not None for t in leaves):
+        found.append("side output: a Keras mask on the result")
+    return found

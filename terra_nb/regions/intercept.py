@@ -1,0 +1,123 @@
+"""Where regions begin: wrappers on the Keras methods a training loop calls.
+
+While a Terra with regions is open, ``keras.Layer.__call__`` (layers and models),
+``keras.losses.Loss.__call__`` and ``keras.optimizers.Optimizer.apply_gradients`` are wrapped.
+Only the OUTERMOST such call of the loop's thread, inside a Terra iteration, goes to ``Regions``
+(a thread-local depth counter); calls between iterations, nested calls and calls from other
+threads run untouched. The wrappers are removed when the last Terra using them closes.
+
+``Interception`` also counts the variables created in the loop's thread (a variable creator
+scope): a region is only hit while no variable was created since it formed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+
+import keras
+import tensorflow as tf
+from tensorflow.python.eager import context
+
+from .table import Regions
+
+
+def _targets() -> list[tuple[type, str]]:
+    return [(keras.Layer, "__call__"), (keras.losses.Loss, "__call__"),
+            (keras.optimizers.Optimizer, "apply_gradients")]
+
+
+SETTLE_ITERATIONS = 8  # iterations kept running for real while regions form
+_local = threading.local()  # regions: the Regions of this thread's open iteration; depth
+_lock = threading.Lock()
+_users = 0
+_saved: list[tuple[type, str, object]] = []  # (class, method, its own attribute or None)
+
+
+def _wrap(original, method: str):
+    @functools.wraps(original)
+    def wrapper(self, *args, **kwargs):
+        regions = getattr(_local, "regions", None)
+        if regions is None or _local.depth or not context.executing_eagerly():
+            return original(self, *args, **kwargs)  # nested, outside an iteration, in a graph
+        _local.depth = 1
+        try:
+            return regions.call(self, method, functools.partial(original, self), args, kwargs)
+        finally:
+            _local.depth = 0
+
+    wrapper.__terra_region_original__ = original
+    return wrapper
+
+
+def _install() -> None:
+    global _users
+    with _lock:
+        if _users == 0:
+            for cls, method in _targets():
+                _saved.append((cls, method, cls.__dict__.get(method)))
+                setattr(cls, method, _wrap(getattr(cls, method), method))
+        _users += 1
+
+
+def _uninstall() -> None:
+    global _users
+    with _lock:
+        _users -= 1
+        if _users == 0:
+            for cls, method, own in reversed(_saved):
+                if own is None:
+                    delattr(cls, method)
+                else:
+                    setattr(cls, method, own)
+            _saved.clear()
+
+
+class Interception:
+    """The regions of one Terra, wired into Keras while it is open (``open``/``close`` in the
+    loop's thread) and active inside its iterations (``iteration()``)."""
+
+    def __init__(self) -> None:
+        self.regions = Regions()
+        self._hold: contextlib.ExitStack | None = None
+        self._settled = 0
+
+    def _created(self, next_creator, **kwargs):
+        self.regions.epoch += 1
+        return next_creator(**kwargs)
+
+    def open(self) -> None:
+        hold = contextlib.ExitStack()
+        _install()
+        hold.callback(_uninstall)
+        try:
+            hold.enter_context(tf.variable_creator_scope(self._created))
+        except BaseException:
+            hold.close()
+            raise
+        self._hold = hold
+
+    def close(self) -> None:
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            hold.close()
+
+    def settling(self) -> bool:
+        """Whether the last iteration traced a call on its way to a region (or formed one): the
+        next one should run for real too (at most ``SETTLE_ITERATIONS`` times)."""
+        regions = self.regions
+        settling, regions.changed = regions.changed, False
+        if settling and self._settled < SETTLE_ITERATIONS:
+            self._settled += 1
+            return True
+        return False
+
+    @contextlib.contextmanager
+    def iteration(self):
+        """Inside one Terra iteration: this thread's outermost Keras calls go to the regions."""
+        _local.regions, _local.depth = self.regions, 0
+        try:
+            yield
+        finally:
+            _local.regions = None

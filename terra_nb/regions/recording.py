@@ -1,0 +1,186 @@
+"""One eagerly run call of a framework object, recorded as wired ops (a terra-nb ``Segment``).
+
+``RecordingTee`` is the capture sink of the call: it forwards every callback to the sink that was
+current (the engine's tracer or PythonRunner, or none), so the engine sees the call's ops as
+always, and keeps a copy. ``Recording`` turns that copy into ``SegmentOp``s: an input is ``op``
+(an earlier op's output), ``arg`` (a tensor argument of the call) or ``var`` (a key of
+``captures``: a variable handle, or a constant baked by value).
+
+A call whose ops the engine answered with placeholders (co-execution) did not run for real: its
+recording is marked ``placeholders`` and never forms a region.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python import pywrap_tfe
+from tensorflow.python.eager.core import _FallbackException
+from tensorflow.python.framework import op_def_registry
+
+from .. import capture
+from ..capture import hooks
+from ..capture.attrs import complete_attrs, input_dtypes, split_call
+from ..capture.placeholder import Placeholder
+from ..capture.signature import op_type_of
+from ..coexec.lower import SegmentOp, Wire
+
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "VarIsInitializedOp"})
+
+
+def flat_list(value) -> list:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [t for x in value for t in flat_list(x)]
+    return [value]
+
+
+class RecordingTee:
+    """Capture sink of one call: forwards to the sink that was current and records each op (with
+    whether the tape was paused: ``tf.stop_gradient`` runs its op under ``stop_recording``)."""
+
+    intercepts = True
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.raw: list[tuple] = []  # (op type, args, attrs, outputs, tape paused)
+        self.fetched: list = []
+        self.placeholders = False  # an op was answered with (or read) a placeholder
+
+    def run_op(self, run, op_name, args, attrs, frame):
+        inner = self.inner
+        if inner is not None and inner.intercepts:
+            outputs = inner.run_op(run, op_name, args, attrs, frame)
+        else:
+            outputs = self._run(run, op_name, args, attrs, frame)
+        self._record(op_name, args, attrs, outputs)
+        return outputs
+
+    def _run(self, run, op_name, args, attrs, frame):
+        inner = self.inner
+        if inner is None:
+            hooks.wait_at_barrier(op_name)
+        try:
+            outputs = run(capture.real_values(args))
+        except _FallbackException:
+            if inner is not None:
+                inner.on_fast_fallback(op_name, args, frame)
+            raise
+        if inner is not None:
+            inner.on_op(op_name, args, attrs, outputs, frame)
+        return outputs
+
+    def _record(self, op_name, args, attrs, outputs) -> None:
+        if not self.placeholders:
+            flat = flat_list(outputs) + flat_list(list(args))
+            self.placeholders = any(type(t) is Placeholder for t in flat)
+        self.raw.append((op_type_of(op_name), args, attrs, outputs,
+                         pywrap_tfe.TFE_Py_TapeSetIsStopped()))
+
+    def on_fast_fallback(self, op_name, args, frame) -> None:
+        if self.inner is not None:
+            self.inner.on_fast_fallback(op_name, args, frame)
+
+    def on_op(self, op_name, args, attrs, outputs, frame) -> None:  # not called: intercepts
+        raise AssertionError("RecordingTee intercepts; on_op is never called")
+
+    def on_fetch(self, tensor) -> None:
+        self.fetched.append(tensor)
+        if self.inner is not None:
+            self.inner.on_fetch(tensor)
+
+
+class Recording:
+    """One call as wired ops; ``key()`` is what two runs must share to form a region."""
+
+    def __init__(self, tee: RecordingTee, arg_tensors: list, result) -> None:
+        self.args = tuple((t.dtype.name, tuple(t.shape.as_list())) for t in arg_tensors)
+        self.paused = tuple(r[4] for r in tee.raw)
+        self.captures: dict = {}
+        self.handles: dict = {}
+        self.consts: dict = {}
+        self.ops: list[SegmentOp] = []
+        self.out_specs: dict = {}
+        self._made: dict = {}  # tensor id -> (op position, output)
+        self._arg_ids = {t._id: i for i, t in enumerate(arg_tensors)}
+        self._cap: dict = {}  # handle id -> capture key
+        self._shape_derived: set = set()
+        with capture.bypass():
+            for p, raw in enumerate(tee.raw):
+                self._add_op(p, *raw[:4])
+            self._split_reads(tee.fetched)
+        leaves = tf.nest.flatten(result)
+        self.out_wires = [self._out_wire(leaf) for leaf in leaves]
+        # the result's structure, without keeping its tensors alive
+        self.out_struct = tf.nest.pack_sequence_as(
+            result, [None if isinstance(leaf, tf.Tensor) else leaf for leaf in leaves])
+        self.created_vars = any(op.op_type in VARIABLE_OPS for op in self.ops)
+
+    def _split_reads(self, fetched: list) -> None:
+        """Reads of shape-derived values (Keras' Dropout reads its noise shape) are fixed by the
+        guard's input specs; boolean scalars made by the call's ops are its branch decisions
+        (``branches.py``: op position, output, value); any other read is an effect."""
+        self.reads, self.branches = [], []
+        for t in fetched:
+            made = self._made.get(t._id)
+            if made is not None and made[0] in self._shape_derived:
+                continue
+            if made is not None and t.dtype == tf.bool and t.shape.rank == 0:
+                self.branches.append((*made, bool(t.numpy())))
+            else:
+                self.reads.append(t)
+
+    def _add_op(self, p: int, op_type: str, call_args, raw_attrs, outputs) -> None:
+        inputs, attrs = split_call(op_type, call_args, raw_attrs)
+        outputs = flat_list(outputs)
+        attrs = complete_attrs(op_type, attrs, inputs, outputs)
+        wires, from_shapes = [], True  # its value is fixed by the input specs and constants
+        for x, dt in zip(inputs, input_dtypes(op_type, dict(attrs), len(inputs))):
+            wire, shaped = self._wire(x, dt)
+            wires.append(wire)
+            from_shapes &= shaped
+        op_def = op_def_registry.get(op_type)
+        if op_type in SHAPE_OPS or (from_shapes and op_def and not op_def.is_stateful):
+            self._shape_derived.add(p)
+        self.ops.append(SegmentOp(p, op_type, attrs, tuple(wires), len(outputs)))
+        for k, t in enumerate(outputs):
+            self._made[t._id] = (p, k)
+            self.out_specs[(p, k)] = (t.dtype.name, tuple(t.shape.as_list()))
+
+    def _wire(self, x, dtype) -> tuple[Wire, bool]:
+        """The wire of one input, and whether its value is fixed by shapes and constants."""
+        tid = getattr(x, "_id", None) if isinstance(x, tf.Tensor) else None
+        if tid in self._made:
+            p, k = self._made[tid]
+            return Wire("op", p, k), p in self._shape_derived
+        if tid in self._arg_ids:
+            return Wire("arg", self._arg_ids[tid]), False
+        if tid is not None and x.dtype == tf.resource:
+            if tid not in self._cap:
+                key = self._cap[tid] = len(self.captures)
+                self.captures[key] = self.handles[key] = x
+            return Wire("var", self._cap[tid]), False
+        # a constant: an eager tensor made without an op, or a Python value
+        value = x.numpy() if tid is not None else np.asarray(x, dtype)
+        key = len(self.captures)
+        self.captures[key] = self.consts[key] = value
+        return Wire("var", key), True
+
+    def _out_wire(self, leaf):
+        """A tensor leaf of the result is an op output or an argument; anything else is kept."""
+        tid = getattr(leaf, "_id", None) if isinstance(leaf, tf.Tensor) else None
+        if tid in self._made:
+            return Wire("op", *self._made[tid])
+        if tid in self._arg_ids:
+            return Wire("arg", self._arg_ids[tid])
+        return leaf
+
+    def key(self) -> tuple:
+        """What two traced runs must share for the call to form a region."""
+        consts = tuple((k, v.dtype.str, v.shape, v.tobytes()) for k, v in self.consts.items())
+        handles = tuple((k, h._id) for k, h in self.handles.items())
+        outs = tuple(w if isinstance(w, Wire) else id(w) for w in self.out_wires)
+        ops = tuple((o.op_type, o.attrs, o.inputs) for o in self.ops)
+        return ops, self.paused, consts, handles, outs, self.args, tuple(self.branches)

@@ -1,0 +1,152 @@
+"""A region: one framework call answered by one compiled forward function F and, when a gradient
+tape watches it, one op on the tape whose backward is one compiled function B.
+
+F is ``compile_segment`` of the recorded ops; B is ``backward.build_backward``. Each runs as ONE
+eager op (``FastCall``: ``execute.execute`` of the function's name), so terra-nb's capture hooks
+see one function-call op each. F's inputs and outputs are only assumed to be tensors (``_id``,
+dtype, shape).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+from tensorflow.core.protobuf import rewriter_config_pb2
+from tensorflow.python import pywrap_tfe
+from tensorflow.python.eager import context, execute, record
+
+from .. import capture
+from ..coexec.lower import Segment, Wire, compile_segment
+from .backward import build_backward, trainable_dtype
+from .branches import guard_segment
+from .recording import Recording
+
+_CONFIG: list[bytes] = []
+DECLINED = object()  # Region.run: the call must run its Python (higher-order gradients)
+_HIGHER_ORDER = 2  # TFE_Py_TapeSetPossibleGradientTypes: more than one tape, or a forward one
+
+
+def _config() -> bytes:
+    """The functions' config: grappler's arithmetic optimizer off (it re-associates AddN, the
+    gradient terms of a BatchNormalization input, 1 ulp off eager) and its remapper off (its
+    fused MatMul+BiasAdd+Relu turns a NaN into 0 where eager's Relu keeps it)."""
+    if not _CONFIG:
+        config = context.context().config  # a copy
+        config.allow_soft_placement = True
+        rewrites = config.graph_options.rewrite_options
+        rewrites.arithmetic_optimization = rewriter_config_pb2.RewriterConfig.OFF
+        rewrites.remapping = rewriter_config_pb2.RewriterConfig.OFF
+        _CONFIG.append(config.SerializeToString())
+    return _CONFIG[0]
+
+
+class FastCall:
+    """Call a concrete function as one eager op (``AtomicFunction.call_flat`` minus its Python).
+    Keeps the ConcreteFunction alive: its function stays registered."""
+
+    def __init__(self, cf) -> None:
+        self.cf, fn = cf, cf._inference_function
+        self.name = fn.name.decode() if isinstance(fn.name, bytes) else fn.name
+        self.caps = list(cf.captured_inputs)
+        self.n_out = len(fn.cached_definition.signature.output_arg)
+        self.attrs = ("executor_type", "", "config_proto", _config())
+
+    def __call__(self, *args) -> list:
+        return execute.execute(self.name, self.n_out, [*args, *self.caps], self.attrs,
+                               context.context())
+
+
+class Region:
+    """F(args) -> outputs (+ the forward values B reads). B(saved, out_grads) -> gradients of
+    [watched args, trainable variable handles]."""
+
+    def __init__(self, rec: Recording, variables: dict, obj, name: str) -> None:
+        """``variables``: handle id -> variable, for the handles the call read."""
+        self.rec, self.obj, self.name = rec, obj, name
+        self.hits = 0
+        self.backwards: dict = {}  # watched args -> (F, B, saved keys, number of saved outputs)
+        self.spec = {("op",) + pk: s for pk, s in rec.out_specs.items()}
+        self.spec.update({("arg", i): a for i, a in enumerate(rec.args)})
+        self.trainable = {}  # capture key -> tf.Variable
+        for key, h in rec.handles.items():
+            v = variables.get(h._id)
+            if v is not None and v.trainable:
+                self.trainable[key] = getattr(v, "_value", v)  # Keras 3 wraps a tf.Variable
+        self.t_handles = [rec.handles[k] for k in self.trainable]
+        self.t_vars = list(self.trainable.values())
+        self.float_args = tuple(i for i, (dt, _) in enumerate(rec.args) if trainable_dtype(dt))
+        self.outs = [w for w in rec.out_wires if isinstance(w, Wire) and w.kind == "op"]
+        with capture.bypass():
+            self.forward = self._forward(())
+            segment = guard_segment(rec) if rec.branches else None
+            self.branch_guard = None if segment is None else \
+                FastCall(compile_segment(segment, rec.captures))
+        self.branch_values = [v for _, _, v in rec.branches]
+
+    @property
+    def guarded_branches(self) -> bool:
+        """Whether every branch the call decided can be checked before it runs."""
+        return not self.branch_values or self.branch_guard is not None
+
+    def branches_hold(self, args: list) -> bool:
+        """Whether the call would decide its branches as when it was recorded."""
+        if self.branch_guard is None:
+            return True
+        values = self.branch_guard(*args)
+        return all(bool(v) == want for v, want in zip(values, self.branch_values))
+
+    def dtype(self, key: tuple) -> str:
+        if key[0] == "var":
+            return "resource" if key[1] in self.rec.handles else self.rec.consts[key[1]].dtype.name
+        return self.spec[key][0]
+
+    def _forward(self, saved: list) -> FastCall:
+        returns = tuple((w.index, w.output) for w in self.outs) + tuple(saved)
+        segment = Segment(tuple(self.rec.ops), self.rec.args, returns)
+        return FastCall(compile_segment(segment, self.rec.captures))
+
+    def _backward(self, watched: tuple) -> tuple:
+        hit = self.backwards.get(watched)
+        if hit is None:
+            with capture.bypass():
+                cf, used = build_backward(self, watched)
+                saved_ops = [k[1:] for k in used if k[0] == "op"]
+                hit = self._forward(saved_ops), FastCall(cf), used, len(saved_ops)
+            self.backwards[watched] = hit
+        return hit
+
+    def run(self, args: list):
+        """A hit: the object's Python does not run. ``DECLINED`` when the gradient may be
+        differentiated again (nested tapes, forward accumulators): B is not differentiable."""
+        watched = ()
+        taped = record.could_possibly_record() and bool(self.t_vars or self.float_args)
+        if taped:
+            watched = tuple(i for i in self.float_args if record.should_record_backprop([args[i]]))
+            for v in self.t_vars:  # as a ReadVariableOp does in eager: the tape watches the var
+                pywrap_tfe.TFE_Py_TapeVariableAccessed(v)
+            taped = bool(watched or self.t_vars)
+            inputs = [args[i] for i in watched] + self.t_handles
+            if taped and pywrap_tfe.TFE_Py_TapeSetPossibleGradientTypes(inputs) == _HIGHER_ORDER:
+                return DECLINED
+        self.hits += 1
+        if not taped:
+            flat = self.forward(*args)
+        else:
+            forward, backward, used, n_saved = self._backward(watched)
+            flat = forward(*args)
+            n = len(self.outs)
+            outs = flat[:n]
+            saved = list(flat[n:n + n_saved]) + [args[k[1]] for k in used if k[0] == "arg"]
+
+            def gradient(*out_grads):
+                return backward(*saved, *out_grads)
+
+            record.record_operation("TerraRegion", outs, [args[i] for i in watched]
+                                    + self.t_handles, gradient)
+        it = iter(flat or ())
+        leaves = [next(it) if isinstance(w, Wire) and w.kind == "op" else
+                  args[w.index] if isinstance(w, Wire) else w for w in self.rec.out_wires]
+        return tf.nest.pack_sequence_as(self.rec.out_struct, leaves)
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.rec.ops)

@@ -1,0 +1,193 @@
+"""``Regions``: the guard, the calls traced on the way to a region, formation, hits and misses.
+
+A call is keyed by its guard (object identity, method, argument specs: tensors by dtype and
+shape, Python scalars by value, other objects by identity, keyword names). The state part of the
+guard (the trainable flags of the object's layers, and the count of variables created in the
+loop's thread) is checked on every hit. A call forms a region after two traced runs with the same
+recording (ops, attrs, constants, handles) and no Python-visible effect; a call whose traced runs
+show an effect ``REFUSE_AFTER`` times in a row is refused: it runs op by op from then on.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+from tensorflow.python.framework import ops as tf_ops
+
+from .. import capture
+from ..capture import hooks
+from ..capture.placeholder import Placeholder
+from .effects import EffectProbe, objects_of, side_outputs
+from .recording import Recording, RecordingTee
+from .region import DECLINED, Region
+from .summary import RegionRow, RegionSummary
+
+REFUSE_AFTER = 3  # traced calls in a row with an effect
+MAX_PENDING = 256
+_TENSORS = (tf_ops.EagerTensor, Placeholder)
+_SCALARS = (bool, int, float, str, type(None))
+
+
+class Unguardable(Exception):
+    """An argument the guard cannot key (its value would be baked into the region)."""
+
+
+def _specs(value, out: list, tensors: list) -> None:
+    """Guard key of one argument, appended to ``out``; lists and tuples recursively."""
+    t = type(value)
+    if t in _TENSORS:
+        out.append((value.dtype, value._shape_tuple()))
+        tensors.append(value)
+    elif t is list or t is tuple:
+        out.append(len(value))
+        for v in value:
+            _specs(v, out, tensors)
+    elif t in _SCALARS:
+        out.append((t, value))
+    elif isinstance(value, np.ndarray | np.generic):
+        raise Unguardable("a numpy argument (its values would be baked in)")
+    else:
+        out.append(id(value))
+
+
+def guard_key(obj, method: str, args: tuple, kwargs: dict) -> tuple[tuple, list]:
+    out, tensors = [id(obj), method], []
+    for a in args:
+        _specs(a, out, tensors)
+    for k, v in kwargs.items():
+        out.append(k)
+        _specs(v, out, tensors)
+    return tuple(out), tensors
+
+
+def user_line() -> str:
+    """The innermost caller outside terra-nb, Keras and TensorFlow: ``file:line  source``."""
+    import linecache
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if not any(part in file for part in _LIBRARY_PATHS):
+            line = linecache.getline(file, frame.f_lineno).strip()
+            return f"{os.path.basename(file)}:{frame.f_lineno}  {line}"
+        frame = frame.f_back
+    return "?"
+
+
+_LIBRARY_PATHS = (os.sep + "keras" + os.sep, os.sep + "tensorflow" + os.sep,
+                  os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+                  "contextlib.py", "functools.py")
+
+
+class Regions:
+    """The regions of one Terra: formed ones by guard key, traced calls pending, one row each."""
+
+    def __init__(self) -> None:
+        self.table: dict[tuple, Region] = {}
+        self.pending: dict[tuple, Recording] = {}
+        self.rows: dict[tuple, RegionRow] = {}
+        self.formed_for: dict[tuple, int] = {}  # (object id, method) -> regions formed
+        self.epoch = 0  # variables created in the loop's thread
+        self.changed = False  # a call was traced on its way to a region, or one formed
+
+    def state(self, layers: list) -> tuple:
+        """Trainable flags of the object's layers; the variable count."""
+        return tuple([la.trainable for la in layers]), self.epoch
+
+    def summary(self) -> RegionSummary:
+        return RegionSummary(tuple(r.frozen() for r in self.rows.values()))
+
+    def call(self, obj, method: str, fn, args: tuple, kwargs: dict):
+        """Answer ``fn(*args, **kwargs)`` (``obj.method``): a hit, or a traced call."""
+        args = tuple(list(a) if type(a) is zip else a for a in args)  # apply_gradients(zip(..))
+        try:
+            key, tensors = guard_key(obj, method, args, kwargs)
+        except Unguardable as why:
+            self._row(("unguardable", id(obj), method), obj, method).refuse(str(why))
+            return fn(*args, **kwargs)
+        region = self.table.get(key)
+        if region is not None:
+            if region.obj is obj and region.state == self.state(region.layers):
+                if region.branches_hold(tensors):
+                    result = region.run(tensors)
+                    if result is not DECLINED:
+                        self.rows[key].hits += 1
+                        return result
+                    self.rows[key].misses += 1  # nested tapes: its Python runs, untraced
+                    return fn(*args, **kwargs)
+                self.rows[key].miss("a branch decided in Python went the other way")
+            else:
+                self.rows[key].miss("a variable was created or a trainable flag changed")
+            del self.table[key]
+        elif self.formed_for.get((id(obj), method)):
+            self._row(key, obj, method).misses += 1  # new specs for an object with regions
+        row = self._row(key, obj, method)
+        if row.state == "refused" and row.refusals >= REFUSE_AFTER:
+            return fn(*args, **kwargs)
+        return self._trace(key, row, obj, fn, args, kwargs, tensors)
+
+    def _row(self, key: tuple, obj, method: str) -> RegionRow:
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = RegionRow(f"{type(obj).__name__}.{method}", user_line())
+        return row
+
+    def _trace(self, key, row: RegionRow, obj, fn, args, kwargs, tensors):
+        self.changed = True
+        layers = [o for o in objects_of(obj) if hasattr(o, "trainable")]
+        before = self.state(layers)
+        tee = RecordingTee(hooks.current_sink())
+        with EffectProbe(obj) as probe, capture.capturing(tee):
+            result = fn(*args, **kwargs)
+        if tee.placeholders:  # co-executed op by op: nothing ran for real
+            row.note("traced while co-executing (answered with placeholders)")
+            return result
+        rec = Recording(tee, tensors, result)
+        effects = probe.effects + side_outputs(obj, result)
+        effects += [f"value read ({len(rec.reads)} tensors)"] * bool(rec.reads)
+        if rec.created_vars or self.state(layers) != before:
+            effects.append("variable created" if self.epoch != before[1] or rec.created_vars
+                           else "trainable flag changed")
+        prev = self.pending.pop(key, None)
+        if effects:
+            row.refuse("; ".join(effects))
+        elif prev is not None and prev.key() == rec.key():
+            self._form(key, row, obj, rec, layers, args)
+        else:
+            if len(self.pending) >= MAX_PENDING:
+                self.pending.clear()
+            self.pending[key] = rec
+            row.note("traced")
+        return result
+
+    def _form(self, key, row: RegionRow, obj, rec: Recording, layers: list, args) -> None:
+        variables = {}
+        for v in list(getattr(obj, "variables", [])) + _variables_in(args):
+            handle = getattr(v, "handle", None)
+            if handle is not None:
+                variables[handle._id] = v
+        unknown = [h for h in rec.handles.values() if h._id not in variables]
+        if unknown:
+            row.refuse(f"reads {len(unknown)} variable(s) the object does not own")
+            return
+        region = Region(rec, variables, obj, row.name)
+        if not region.guarded_branches:
+            row.refuse("value read: a branch decided after the call changed a variable")
+            return
+        region.layers, region.state = layers, self.state(layers)
+        self.table[key] = region
+        ident = (id(obj), key[1])
+        self.formed_for[ident] = self.formed_for.get(ident, 0) + 1
+        row.form(region.n_ops)
+
+
+def _variables_in(args) -> list:
+    out = []
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            out += _variables_in(a)
+        elif hasattr(a, "handle") and hasattr(a, "trainable"):
+            out.append(a)
+    return out

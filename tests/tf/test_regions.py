@@ -1,0 +1,252 @@
+"""Regions (issue 14): outermost Keras calls answered by compiled functions made from the ops
+recorded when they ran eagerly. Every test compares with plain eager execution of the same
+program (same seed, same data: values, printed text and variables bit-identical) AND asserts what
+ran: regions formed and hit, the object's Python not run on hits (``CALLS`` is counted outside
+the objects), and under coexec the share of co-executed iterations."""
+
+import threading
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from region_programs import (
+    CALLS,
+    COEXEC,
+    EAGER,
+    OPTIONS,
+    CountingDense,
+    compare,
+    data,
+    effect_model,
+    formed,
+    rows,
+    sequential,
+    state_of,
+    training,
+)
+
+from terra_nb import Terra, TerraUsageError
+
+MODES = list(OPTIONS)
+LOSS = "SparseCategoricalCrossentropy.__call__"
+
+
+def assert_python_skipped(terra, calls, eager_calls, name: str, dense_layers: int) -> None:
+    """Dense.call ran in the traced model calls, never in the hits."""
+    row = formed(terra, name)
+    skipped = eager_calls["Dense.call"] - calls["Dense.call"]
+    assert skipped == dense_layers * row.hits, (calls, eager_calls, str(terra.regions))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("model,name", [("sequential", "Sequential.__call__"),
+                                        ("functional", "Functional.__call__"),
+                                        ("subclassed", "Subclassed.__call__")])
+def test_models_losses_and_adam_form_regions(model, name, mode):
+    terra, calls, eager_calls = compare(training(model, steps=16), OPTIONS[mode])
+    assert eager_calls["Dense.call"] >= 2 * 16
+    assert_python_skipped(terra, calls, eager_calls, name, 2)
+    assert formed(terra, LOSS).hits >= 8
+    assert formed(terra, "Adam.apply_gradients").hits >= 8
+    assert terra.explain().regions.hits == terra.regions.hits > 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("optimizer,name", [("sgd-momentum", "SGD.apply_gradients"),
+                                            ("loss-scale", "LossScaleOptimizer.apply_gradients")])
+def test_optimizers_form_regions(optimizer, name, mode):
+    terra, _, _ = compare(training(optimizer=optimizer, steps=16), OPTIONS[mode])
+    assert formed(terra, name).hits >= 8
+
+
+def test_loss_scale_branch_that_goes_the_other_way_is_a_guard_miss():
+    """LossScaleOptimizer decides in Python whether the gradients are finite: a step with an
+    infinite input is a guard miss (runs op by op, skips the update, halves the scale)."""
+    batches = data(16)
+    batches[10] = (batches[10][0] * np.float32("inf"), batches[10][1])
+    terra, _, _ = compare(training(optimizer="loss-scale", batches=batches), EAGER)
+    row = formed(terra, "LossScaleOptimizer.apply_gradients")
+    assert sum(r.misses for r in rows(terra, "LossScaleOptimizer.apply_gradients")) >= 1
+    assert row.hits >= 5
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("model", ["bn", "dropout"])
+def test_batchnorm_and_dropout_bit_identical_after_30_steps(model, mode):
+    terra, calls, eager_calls = compare(training(model, steps=30), OPTIONS[mode], at_least=0.6)
+    assert_python_skipped(terra, calls, eager_calls, "Sequential.__call__", 2)
+    assert formed(terra, "Adam.apply_gradients").hits >= 20
+
+
+def effect_program(*effects: str, steps: int = 8):
+    def program(loop):
+        model = effect_model(*effects)
+        CALLS.clear()
+        out = []
+        for x, _ in loop(data(steps)):
+            with tf.GradientTape() as tape:
+                y = model(x, training=True)
+                loss = tf.reduce_mean(y)
+            tape.gradient(loss, model.trainable_variables)
+            out.append(float(loss))
+        return out, state_of(model)
+
+    return program
+
+
+EFFECTS = {"print": "stdout/stderr write", "counter": "attribute changed: EffectLayer.calls",
+           "numpy": "value read", "new variable": "variable created"}
+
+
+@pytest.mark.parametrize("effect", list(EFFECTS))
+def test_refused_with_reason(effect):
+    terra, calls, eager_calls = compare(effect_program(effect), EAGER)
+    (row,) = rows(terra, "Sequential.__call__")
+    assert (row.state, row.hits) == ("refused", 0)
+    assert EFFECTS[effect] in row.reason
+    assert "test_regions.py" in row.source and "model(x, training=True)" in row.source
+    assert calls == eager_calls  # the Python ran every time
+    assert EFFECTS[effect] in str(terra.explain())
+
+
+def test_refused_under_coexec():
+    terra, calls, eager_calls = compare(effect_program("print", "counter", "numpy", steps=12),
+                                        COEXEC, at_least=0.3)
+    (row,) = rows(terra, "Sequential.__call__")
+    assert row.state == "refused"
+    for effect in ("print", "counter", "numpy"):
+        assert EFFECTS[effect] in row.reason
+    assert calls == eager_calls
+
+
+def guard_miss_program(loop):
+    """A new batch size (step 15), training=False (every 8th step), a model swapped for another
+    (steps 10 and 11)."""
+    model, other = sequential(), sequential()
+    opts = {id(model): keras.optimizers.Adam(1e-2), id(other): keras.optimizers.Adam(1e-2)}
+    lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    out = []
+    for i, (x, y) in enumerate(loop(data(30, sizes={15: 8}))):
+        net = other if i in (10, 11) else model
+        with tf.GradientTape() as tape:
+            loss = lossf(y, net(x, training=True))
+        grads = tape.gradient(loss, net.trainable_variables)
+        opts[id(net)].apply_gradients(zip(grads, net.trainable_variables))
+        out.append(float(loss))
+        if i % 8 == 7:
+            out.append(float(tf.reduce_sum(model(x, training=False))))
+    return out, state_of(model, other, *opts.values())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_guard_misses(mode):
+    terra, _, _ = compare(guard_miss_program, OPTIONS[mode], at_least=0.25)
+    model_rows = rows(terra, "Sequential.__call__")
+    assert formed(terra, "Sequential.__call__").hits >= 5
+    assert sum(r.misses for r in model_rows) >= 2  # the new batch size, training=False
+    assert len(model_rows) >= 3  # and the other model's calls are rows of their own
+    assert terra.regions.misses >= 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_only_the_outer_call_is_a_region(mode):
+    def program(loop):
+        model, extra = sequential(), CountingDense(8)
+        out = []
+        for x, _ in loop(data(12)):
+            h = extra(x)  # a layer called from the loop: outermost, a region of its own
+            out.append(float(tf.reduce_sum(model(h, training=False))))
+        return out, state_of(model, extra)
+
+    terra, _, _ = compare(program, OPTIONS[mode])
+    names = {r.name for r in terra.regions.rows}
+    assert names == {"Sequential.__call__", "CountingDense.__call__"}
+    assert formed(terra, "CountingDense.__call__").hits >= 5
+
+
+def test_calls_outside_iterations_and_other_threads_pass_through():
+    model = sequential()
+    x = data(1)[0][0]
+
+    def elsewhere():
+        model(x)
+
+    with Terra(mode="eager", regions=True) as terra:
+        for _ in range(2):
+            model(x)  # between iterations: untouched
+        for _ in terra.loop(range(4)):
+            model(x)
+            CALLS.clear()
+            thread = threading.Thread(target=elsewhere)
+            thread.start()
+            thread.join()
+            assert CALLS["Dense.call"] == 2  # another thread: its Python ran
+    (row,) = rows(terra, "Sequential.__call__")
+    assert row.hits == 2  # formed from the loop's first two calls only
+    assert keras.Layer.__call__.__name__ == "__call__"
+    assert not hasattr(keras.Layer.__call__, "__terra_region_original__")  # unwrapped
+
+
+def test_options_and_summary():
+    with pytest.raises(TerraUsageError, match="regions must be True or False"):
+        Terra(regions="yes")
+    with Terra(mode="eager") as terra:
+        for _ in terra.loop(range(2)):
+            pass
+    assert not terra.regions.enabled and "off" in str(terra.regions)
+    assert "off" not in str(terra.explain())
+
+
+def test_keras_side_outputs_are_refused():
+    """An activity regulariser adds a loss in ``call``: a region would lose it."""
+
+    def program(loop):
+        model = keras.Sequential([keras.Input((8,)), CountingDense(
+            4, activity_regularizer=keras.regularizers.L2(0.1))])
+        CALLS.clear()
+        out = []
+        for x, _ in loop(data(6)):
+            y = model(x, training=True)
+            out.append(float(tf.reduce_sum(y) + tf.add_n(model.losses)))
+        return out, state_of(model)
+
+    terra, calls, eager_calls = compare(program, EAGER)
+    (row,) = rows(terra, "Sequential.__call__")
+    assert row.state == "refused" and "side output: losses added by" in row.reason
+    assert calls == eager_calls
+
+
+def test_calls_inside_a_user_tf_function_pass_through():
+    model = sequential()
+    step = tf.function(lambda x: model(x, training=False))
+    x = data(1)[0][0]
+    with Terra(mode="eager", regions=True) as terra:
+        out = [step(x) for _ in terra.loop(range(3))]
+    assert terra.regions.rows == ()
+    np.testing.assert_array_equal(out[-1].numpy(), model(x, training=False).numpy())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_nested_tapes_run_the_python(mode):
+    """A second-order gradient needs a differentiable backward: under two tapes the call runs
+    its Python (a guard miss), under one it is a hit."""
+
+    def program(loop):
+        model = sequential()
+        CALLS.clear()
+        out = []
+        for i, (x, _) in enumerate(loop(data(12))):
+            with tf.GradientTape() as outer:
+                outer.watch(x)
+                with tf.GradientTape() as inner:
+                    inner.watch(x)
+                    y = tf.reduce_sum(model(x, training=True) ** 2)
+                g = inner.gradient(y, x)
+                z = tf.reduce_sum(g * g) if i % 2 else tf.reduce_sum(g)
+            out.append(float(tf.reduce_sum(outer.gradient(z, x))))
+        return out, state_of(model)
+
+    terra, calls, eager_calls = compare(program, OPTIONS[mode], at_least=0.3)
+    assert calls == eager_calls  # every call ran its Python
+    assert terra.regions.hits == 0
