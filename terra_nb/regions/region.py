@@ -15,6 +15,7 @@ from tensorflow.python import pywrap_tfe
 from tensorflow.python.eager import context, execute, record
 
 from .. import capture
+from ..capture.functions import register
 from ..coexec.lower import Segment, Wire, compile_segment
 from .backward import build_backward, trainable_dtype
 from .branches import guard_segment
@@ -49,6 +50,7 @@ class FastCall:
         self.caps = list(cf.captured_inputs)
         self.n_out = len(fn.cached_definition.signature.output_arg)
         self.attrs = ("executor_type", "", "config_proto", _config())
+        register(fn)  # its static output specs: in co-execution the call is graph work
 
     def __call__(self, *args) -> list:
         return execute.execute(self.name, self.n_out, [*args, *self.caps], self.attrs,
@@ -79,7 +81,7 @@ class Region:
             self.forward = self._forward(())
             segment = guard_segment(rec) if rec.branches else None
             self.branch_guard = None if segment is None else \
-                FastCall(compile_segment(segment, rec.captures))
+                FastCall(compile_segment(segment, rec.captures, noinline=True))
         self.branch_values = [v for _, _, v in rec.branches]
 
     @property
@@ -102,7 +104,7 @@ class Region:
     def _forward(self, saved: list) -> FastCall:
         returns = tuple((w.index, w.output) for w in self.outs) + tuple(saved)
         segment = Segment(tuple(self.rec.ops), self.rec.args, returns)
-        return FastCall(compile_segment(segment, self.rec.captures))
+        return FastCall(compile_segment(segment, self.rec.captures, noinline=True))
 
     def _backward(self, watched: tuple) -> tuple:
         hit = self.backwards.get(watched)
