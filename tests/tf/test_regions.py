@@ -250,3 +250,30 @@ def test_nested_tapes_run_the_python(mode):
     terra, calls, eager_calls = compare(program, OPTIONS[mode], at_least=0.3)
     assert calls == eager_calls  # every call ran its Python
     assert terra.regions.hits == 0
+
+
+class FunctionLayer(keras.layers.Layer):
+    """A layer whose call runs a user ``tf.function`` (one function-call op)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.twice = tf.function(lambda x: x * 2.0)
+
+    def call(self, x):
+        return self.twice(x)
+
+
+def test_a_call_regions_cannot_compile_is_refused():
+    def program(loop):
+        model = keras.Sequential([keras.Input((8,)), CountingDense(4), FunctionLayer()])
+        out = []
+        for x, _ in loop(data(6)):
+            with tf.GradientTape() as tape:
+                y = tf.reduce_sum(model(x, training=True))
+            out.append(float(y))
+            out.append(float(tf.reduce_sum(tape.gradient(y, model.trainable_variables)[0])))
+        return out, state_of(model)
+
+    terra, _, _ = compare(program, EAGER)
+    (row,) = rows(terra, "Sequential.__call__")
+    assert row.state == "refused" and "cannot compile the call" in row.reason, str(terra.regions)
