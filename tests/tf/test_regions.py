@@ -52,6 +52,15 @@ def test_models_losses_and_adam_form_regions(model, name, mode):
     assert terra.explain().regions.hits == terra.regions.hits > 0
 
 
+@pytest.mark.parametrize("mode", ["trace", "lazy"])
+def test_trace_and_lazy_modes(mode):
+    options = {"mode": mode, "regions": True}
+    terra, calls, eager_calls = compare(training("sequential", steps=16), options,
+                                        at_least=0.0 if mode == "trace" else 0.5)
+    assert_python_skipped(terra, calls, eager_calls, "Sequential.__call__", 2)
+    assert formed(terra, "Adam.apply_gradients").hits >= 8
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("optimizer,name", [("sgd-momentum", "SGD.apply_gradients"),
                                             ("loss-scale", "LossScaleOptimizer.apply_gradients")])
