@@ -200,6 +200,8 @@ def test_calls_outside_iterations_and_other_threads_pass_through():
 def test_options_and_summary():
     with pytest.raises(TerraUsageError, match="regions must be True or False"):
         Terra(regions="yes")
+    with pytest.raises(TerraUsageError, match="regions=True needs program='segments'"):
+        Terra(regions=True, program="whole")
     with Terra(mode="eager") as terra:
         for _ in terra.loop(range(2)):
             pass
