@@ -65,6 +65,35 @@ def make_mlp(width, batch, python_in_step):
     return build
 
 
+def make_functions():
+    """The MLP step made of four user tf.functions (model, loss, gradient scaling, optimizer),
+    the loss read every 10 steps: function calls are graph work in co-execution."""
+
+    def build():
+        model, opt, data = mlp_setup(32, 16)
+        forward = tf.function(lambda x: model(x, training=True))
+        loss_of = tf.function(lambda y, p: tf.reduce_mean(tf.square(p - y)))
+        scale = tf.function(lambda gs: [g / (tf.norm(g) + 1.0) for g in gs])
+        apply = tf.function(lambda gs: opt.apply_gradients(zip(gs, model.trainable_variables)))
+        count = [0]
+
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_of(y, forward(x))
+            apply(scale(tape.gradient(loss, model.trainable_variables)))
+            return loss
+
+        def loop_body(item):
+            loss = step(*item)
+            count[0] += 1
+            if count[0] % 10 == 0:
+                float(loss)
+
+        return data, loop_body, step
+
+    return build
+
+
 def make_rnn(lengths):
     """A SimpleRNN step over sequences of these lengths (a Python loop over the time steps)."""
 
@@ -126,6 +155,7 @@ LOOPS = {
     "mlp-large": make_mlp(1024, 512, python_in_step=False),
     "mlp-python": make_mlp(256, 128, python_in_step=True),
     "mlp-small": make_mlp(32, 16, python_in_step=False),
+    "mlp-functions": make_functions(),
     "rnn-varlen": make_rnn((6, 8, 10, 8)),
     "rnn-unique": make_rnn(range(4, 104)),  # a length never seen before, every iteration
     "scan-unique": make_scan(range(4, 104)),  # the same without gradient
@@ -232,7 +262,7 @@ def main() -> None:
     parser.add_argument("--program", choices=("segments", "whole"), default="segments",
                         help="how coexec runs the graph: compiled segments or one whole program")
     args = parser.parse_args()
-    print(f"{'loop':<11} {'eager it/s':>10} {'tf.function':>16} {'lazy':>8} {'coexec':>8} "
+    print(f"{'loop':<13} {'eager it/s':>10} {'tf.function':>16} {'lazy':>8} {'coexec':>8} "
           f"{'co/eager':>8} {'co/tf.f':>7} {'co/lazy':>7}   coexec ms/it: py exec, py stall, "
           f"graph exec, graph stall")
     budgets = []
@@ -244,7 +274,7 @@ def main() -> None:
         ms, phases = run["coexec"][2], run["coexec"][3]
         f_text = f"{function:16.1f}" if isinstance(function, float) else f"{function:>16}"
         vs_f = f"{coexec / function:7.2f}" if isinstance(function, float) else f"{'-':>7}"
-        print(f"{name:<11} {eager:10.1f} {f_text} {lazy:8.1f} {coexec:8.1f} "
+        print(f"{name:<13} {eager:10.1f} {f_text} {lazy:8.1f} {coexec:8.1f} "
               f"{coexec / eager:8.2f} {vs_f} {coexec / lazy:7.2f}   "
               f"{ms['python_exec']:.2f}, {ms['python_stall']:.2f}, {ms['graph_exec']:.2f}, "
               f"{ms['graph_stall']:.2f}  {phases}", flush=True)
@@ -259,7 +289,7 @@ def main() -> None:
         if not isinstance(cpu["tf.function"], str):
             wall = 1e3 / run["tf.function"][0]
             bound = f"{min(1.0, wall / ((cpu['tf.function'] + python) / os.cpu_count())):.2f}"
-        print(f"{name:<11} {text} {python:14.1f} {bound:>17}")
+        print(f"{name:<13} {text} {python:14.1f} {bound:>17}")
 
 
 if __name__ == "__main__":

@@ -70,8 +70,11 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
         return self.device
 
     @property
-    def graph(self):
-        raise AttributeError("Tensor.graph is undefined when eager execution is enabled.")
+    def graph(self) -> None:
+        # An eager tensor has no graph. It raises here, but TensorFlow's own code tells eager
+        # tensors apart with isinstance(t, EagerTensor) before reading ``t.graph`` (the tape
+        # record of a tf.function call does), so a placeholder answers "no graph".
+        return None
 
     @property
     def op(self):

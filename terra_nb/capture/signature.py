@@ -20,6 +20,7 @@ from tensorflow.python.framework import dtypes, op_def_registry, ops
 from tensorflow.python.framework.tensor_shape import TensorShape
 
 from ..trace.records import TensorRef, TensorSpec, Trace
+from .functions import function_def
 from .placeholder import Placeholder
 
 _EAGER = ops.EagerTensor
@@ -46,14 +47,20 @@ MAX_VALUES = 16  # a shape-defining input of at most this many values is part of
 class OpInfo:
     """What the hot path needs to know about an op type, computed once."""
 
-    __slots__ = ("n_inputs", "shape_like", "structure", "stateful", "known")
+    __slots__ = ("n_inputs", "shape_like", "structure", "stateful", "known", "function")
 
     def __init__(self, op_type: str) -> None:
         op_def = op_def_registry.get(op_type)
-        self.known = op_def is not None
-        if op_def is None:  # a function call: only ever seen on the slow path
-            self.n_inputs, self.shape_like, self.structure, self.stateful = -1, (), "list", True
+        self.function = False
+        if op_def is None:  # a function call (only ever seen on the slow path), or unknown
+            fdef = function_def(op_type)
+            self.known = self.function = fdef is not None
+            self.shape_like, self.structure, self.stateful = (), "list", True
+            self.n_inputs = len(fdef.signature.input_arg) if fdef is not None else -1
+            if fdef is not None:
+                self.stateful = fdef.signature.is_stateful
             return
+        self.known = True
         self.n_inputs = len(op_def.input_arg)
         fixed = _SHAPE_INPUTS.get(op_type, ())
         self.shape_like = tuple(

@@ -20,8 +20,11 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 from tensorflow.python.eager import context, execute
 from tensorflow.python.framework import op_def_library, op_def_registry
+from tensorflow.python.ops import gen_functional_ops
 
 from ..capture.attrs import string_attr
+from ..capture.functions import add_to_graph, function_def, static_outputs
+from ..capture.signature import op_info
 from ..errors import TerraError
 
 
@@ -133,9 +136,31 @@ def _group_inputs(op_def, attrs: dict, flat: list) -> dict:
     return out
 
 
+def _function_rule(op: SegmentOp, inputs: list) -> list:
+    """A call of a runtime function (a ``tf.function``, a region): the function is copied into
+    the graph's library and called with the config the eager call had (a region's turns grappler
+    rewrites off that would change values), with the output shapes it was traced with."""
+    add_to_graph(tf.compat.v1.get_default_graph(), op.op_type)
+    attrs = dict(op.attrs)
+    call = (gen_functional_ops.stateful_partitioned_call if op_info(op.op_type).stateful
+            else gen_functional_ops.partitioned_call)
+    outputs = call(
+        inputs, [tf.as_dtype(a.type) for a in function_def(op.op_type).signature.output_arg],
+        op.op_type, config_proto=string_attr(attrs.get("config_proto", "")),
+        executor_type=string_attr(attrs.get("executor_type", "")), name=f"terra_node_{op.node}",
+    )
+    outputs = [] if isinstance(outputs, tf.Operation) else outputs  # no outputs: the op
+    for output, (_, shape) in zip(outputs, static_outputs(op.op_type) or ()):
+        output.set_shape(shape)
+    return list(outputs)
+
+
 def lower(op: SegmentOp, inputs: list) -> list:
     """Build ``op`` in the current (graph) context; returns its outputs."""
-    return lowering_rules.get(op.op_type, _op_def_rule)(op, inputs)
+    rule = lowering_rules.get(op.op_type)
+    if rule is None:
+        rule = _function_rule if op_info(op.op_type).function else _op_def_rule
+    return rule(op, inputs)
 
 
 def _unread(segment: Segment) -> list[int]:
@@ -218,7 +243,7 @@ READ_ONLY = frozenset(
 
 def has_side_effect(op_type: str) -> bool:
     """Whether running ``op_type`` can change state Python may see (variables, RNG, output)."""
-    return op_type not in READ_ONLY and op_def_registry.get(op_type).is_stateful
+    return op_type not in READ_ONLY and op_info(op_type).stateful
 
 
 def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False):

@@ -4,9 +4,9 @@ Per op call (``run_op``): a pure op on real values runs as usual; an op that tou
 placeholder or a variable is looked up by its call signature in the ``SignatureIndex`` (learned in
 tracing) and answered with placeholders of the traced shapes, without computing anything; the op
 joins the pending segment, which is flushed to the GraphRunner when it grows, when Python needs a
-value (a fetch) and at the end of the iteration. An op that needs real inputs (a function call, an
-op with data-dependent output shapes, a stateful op without a variable) runs eagerly once the
-graph has caught up.
+value (a fetch) and at the end of the iteration; a ``tf.function`` call is one such op. An op that
+needs real inputs (data-dependent output shapes, a stateful op without a variable) runs eagerly
+once the graph has caught up.
 
 The graph only ever runs ops Python has already issued, so nothing unconfirmed can take effect. A
 call the index does not know is a *divergence*: the pending ops are flushed, the graph catches up,
@@ -27,6 +27,7 @@ from tensorflow.python.framework import dtypes
 
 from .. import capture
 from ..capture.attrs import with_list_lengths
+from ..capture.functions import learn
 from ..capture.location import LocationTable
 from ..capture.placeholder import Placeholder
 from ..capture.recorder import TraceRecorder
@@ -132,8 +133,7 @@ class PythonRunner:
             self.executor = plan()
             if self.executor not in self.plans:
                 self.plans.append(self.executor)
-        self.lane.stall, self.lane.feeds = 0.0, 0
-        self.fetches = 0
+        self.lane.stall, self.lane.feeds, self.fetches = 0.0, 0, 0
         self.divergence = None
         self.path: list[int] = []  # nodes answered with placeholders this iteration
 
@@ -195,6 +195,8 @@ class PythonRunner:
             return self._trace_op(run, op_name, args, attrs, loc)
         op_type = op_type_of(op_name)
         info = op_info(op_type)
+        if info.function:
+            learn(op_type, frame)  # its output specs, from the calling frames
         if op_type in ITERATOR_OPS:  # the input pipeline: no graph work touches an iterator
             return self._trace_op(run, op_name, args, attrs, loc)
         inputs = args if attrs is not None else args[: info.n_inputs]
@@ -224,8 +226,8 @@ class PythonRunner:
         return self._answer(run, entry, op_name, args, attrs, flat, loc)
 
     def _run_for_real(self, run, op_name, args, attrs, loc: int):
-        """Run an op whose real outputs Python must see (a function call, a stateful op without
-        a variable, output shapes that depend on input values), once the graph has caught up."""
+        """Run an op whose real outputs Python must see (a stateful op without a variable, output
+        shapes that depend on input values), once the graph has caught up."""
         self._catch_up("an op Python must run for real", op_type_of(op_name), loc)
         return self._trace_op(run, op_name, args, attrs, loc)
 
@@ -319,7 +321,7 @@ class PythonRunner:
         self.lane.feeds += fed  # after the call: a flush inside it counts feeds too
         self.path.append(node)
         self.log.record(op_name, light_args(args), attrs, [TensorRef(o) for o in outs], loc)
-        if record.could_possibly_record():
+        if record.could_possibly_record() and not op_info(entry.op_type).function:  # caller tapes
             execute.record_gradient(entry.op_type, tape_inputs(flat, entry), entry.flat_attrs, outs)
         return shaped_outputs(entry, outs)
 

@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import ops
 
+from ..capture.functions import static_outputs
 from ..capture.placeholder import Placeholder
 from ..capture.signature import Entry, op_info
 from .lower import SegmentOp, lower
@@ -43,10 +44,13 @@ def infer_outputs(entry: Entry, attrs: tuple, specs: tuple, sig: tuple) -> list[
 def value_shaped(entry: Entry, sig: tuple) -> bool:
     """Whether the output shapes of a traced call depend on input values that its signature
     ``sig`` does not fix (so the traced shapes cannot answer another call with that signature).
-    A variable's reads take its declared shape (resizable variables run for real anyway)."""
+    A variable's reads take its declared shape (resizable variables run for real anyway). A
+    function's outputs are static when the function was traced with static output shapes."""
+    traced = [(d.name, tuple(shape.as_list())) for d, shape, _ in entry.outputs]
+    if op_info(entry.op_type).function:
+        return list(static_outputs(entry.op_type) or ()) != traced
     if any(_is_resource(s) for s in _flat_inputs(sig[3])):
         return False
-    traced = [(d.name, tuple(shape.as_list())) for d, shape, _ in entry.outputs]
     return infer_outputs(entry, entry.attrs, entry.inputs, sig) != traced  # else: not proven
 
 
