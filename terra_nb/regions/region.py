@@ -15,12 +15,19 @@ from tensorflow.python import pywrap_tfe
 from tensorflow.python.eager import context, execute, record
 
 from .. import capture
+from ..capture import functions
 from ..coexec.lower import Segment, Wire, compile_segment
 from .backward import build_backward, trainable_dtype
 from .branches import guard_segment
 from .recording import Recording
 
 _CONFIG: list[bytes] = []
+# Register F and B with capture.functions, so co-execution answers them with placeholders and runs
+# them as graph work (a PartitionedCall in a segment). Off: a segment inlines the call and
+# compiles it with its own grappler options (arithmetic optimizer on), and a BatchNormalization
+# model then drifts 1 ulp from eager; with those rewrites off globally it is bit-identical. Until
+# segments holding a region call compile with the region's rewrite options, F and B run for real.
+GRAPH_WORK = False
 DECLINED = object()  # Region.run: the call must run its Python (higher-order gradients)
 _HIGHER_ORDER = 2  # TFE_Py_TapeSetPossibleGradientTypes: more than one tape, or a forward one
 
@@ -41,10 +48,12 @@ def _config() -> bytes:
 
 class FastCall:
     """Call a concrete function as one eager op (``AtomicFunction.call_flat`` minus its Python).
-    Keeps the ConcreteFunction alive: its function stays registered."""
+    Keeps the ConcreteFunction alive: its function stays registered (see ``GRAPH_WORK``)."""
 
     def __init__(self, cf) -> None:
         self.cf, fn = cf, cf._inference_function
+        if GRAPH_WORK:
+            functions.register(fn)
         self.name = fn.name.decode() if isinstance(fn.name, bytes) else fn.name
         self.caps = list(cf.captured_inputs)
         self.n_out = len(fn.cached_definition.signature.output_arg)
