@@ -350,6 +350,11 @@ def _check_options(mode, max_fallbacks, compile_after, program, keep_spans, lear
         raise TerraUsageError("learned= takes the .learned of an earlier Terra")
     if not isinstance(regions, bool):
         raise TerraUsageError(f"regions must be True or False, got {regions!r}")
+    if regions and program == "whole":
+        raise TerraUsageError(
+            "regions=True needs program='segments' for now: the whole program leaves its plan at "
+            "every region (a function-call op Python runs for real)"
+        )
 
 
 def _exec_spans(iteration: int, phase: str, start: float, end: float, stalls) -> list[RunnerSpan]:

@@ -179,7 +179,8 @@ class Recording:
 
     def key(self) -> tuple:
         """What two traced runs must share for the call to form a region."""
-        consts = tuple((k, v.dtype.str, v.shape, v.tobytes()) for k, v in self.consts.items())
+        consts = tuple((k, v.dtype.str, v.shape, repr(v.tolist()) if v.dtype == object
+                        else v.tobytes()) for k, v in self.consts.items())
         handles = tuple((k, h._id) for k, h in self.handles.items())
         outs = tuple(w if isinstance(w, Wire) else id(w) for w in self.out_wires)
         ops = tuple((o.op_type, o.attrs, o.inputs) for o in self.ops)

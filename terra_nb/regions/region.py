@@ -42,7 +42,10 @@ def _config() -> bytes:
 
 class FastCall:
     """Call a concrete function as one eager op (``AtomicFunction.call_flat`` minus its Python).
-    Keeps the ConcreteFunction alive: its function stays registered."""
+    Keeps the ConcreteFunction alive: its function stays registered. Registered with
+    ``capture.functions`` (static output specs), so co-execution answers it with placeholders and
+    runs it as graph work: a call in a graph segment that is never inlined (``noinline``), so it
+    keeps its own grappler config (``_config``) and its values stay eager's."""
 
     def __init__(self, cf) -> None:
         self.cf, fn = cf, cf._inference_function
@@ -65,6 +68,7 @@ class Region:
         """``variables``: handle id -> variable, for the handles the call read."""
         self.rec, self.obj, self.name = rec, obj, name
         self.hits = 0
+        self.broken: str | None = None  # why B cannot be built
         self.backwards: dict = {}  # watched args -> (F, B, saved keys, number of saved outputs)
         self.spec = {("op",) + pk: s for pk, s in rec.out_specs.items()}
         self.spec.update({("arg", i): a for i, a in enumerate(rec.args)})
@@ -106,13 +110,18 @@ class Region:
         segment = Segment(tuple(self.rec.ops), self.rec.args, returns)
         return FastCall(compile_segment(segment, self.rec.captures, noinline=True))
 
-    def _backward(self, watched: tuple) -> tuple:
+    def _backward(self, watched: tuple) -> tuple | None:
+        """F with the values B reads, and B; None (``broken`` says why) if B cannot be built."""
         hit = self.backwards.get(watched)
-        if hit is None:
-            with capture.bypass():
-                cf, used = build_backward(self, watched)
-                saved_ops = [k[1:] for k in used if k[0] == "op"]
-                hit = self._forward(saved_ops), FastCall(cf), used, len(saved_ops)
+        if hit is None and self.broken is None:
+            try:
+                with capture.bypass():
+                    cf, used = build_backward(self, watched)
+                    saved_ops = [k[1:] for k in used if k[0] == "op"]
+                    hit = self._forward(saved_ops), FastCall(cf), used, len(saved_ops)
+            except Exception as error:  # noqa: BLE001 - the call then runs its Python
+                self.broken = f"cannot build the backward function: {error}"
+                return None
             self.backwards[watched] = hit
         return hit
 
@@ -129,11 +138,14 @@ class Region:
             inputs = [args[i] for i in watched] + self.t_handles
             if taped and pywrap_tfe.TFE_Py_TapeSetPossibleGradientTypes(inputs) == _HIGHER_ORDER:
                 return DECLINED
+        built = self._backward(watched) if taped else None
+        if taped and built is None:
+            return DECLINED
         self.hits += 1
         if not taped:
             flat = self.forward(*args)
         else:
-            forward, backward, used, n_saved = self._backward(watched)
+            forward, backward, used, n_saved = built
             flat = forward(*args)
             n = len(self.outs)
             outs = flat[:n]

@@ -14,6 +14,7 @@ import os
 import sys
 
 import numpy as np
+from tensorflow.python.framework import op_def_registry
 from tensorflow.python.framework import ops as tf_ops
 
 from .. import capture
@@ -117,7 +118,11 @@ class Regions:
                     if result is not DECLINED:
                         self.rows[key].hits += 1
                         return result
-                    self.rows[key].misses += 1  # nested tapes: its Python runs, untraced
+                    if region.broken is not None:
+                        del self.table[key]
+                        self._refuse_for_good(self.rows[key], region.broken)
+                    else:
+                        self.rows[key].misses += 1  # nested tapes: its Python runs untraced
                     return fn(*args, **kwargs)
                 self.rows[key].miss("a branch decided in Python went the other way")
             else:
@@ -129,6 +134,12 @@ class Regions:
         if row.state == "refused" and row.refusals >= REFUSE_AFTER:
             return fn(*args, **kwargs)
         return self._trace(key, row, obj, fn, args, kwargs, tensors)
+
+    @staticmethod
+    def _refuse_for_good(row: RegionRow, reason: str) -> None:
+        """Refused whatever later traced runs show: the call runs op by op from now on."""
+        row.refuse(reason)
+        row.refusals = REFUSE_AFTER
 
     def _row(self, key: tuple, obj, method: str) -> RegionRow:
         row = self.rows.get(key)
@@ -174,7 +185,16 @@ class Regions:
         if unknown:
             row.refuse(f"reads {len(unknown)} variable(s) the object does not own")
             return
-        region = Region(rec, variables, obj, row.name)
+        calls = sorted({op.op_type for op in rec.ops if op_def_registry.get(op.op_type) is None})
+        if calls:  # regions lower ops by their OpDef
+            self._refuse_for_good(row, f"cannot compile the call: it calls function {calls[0]} "
+                                       f"(function calls inside a region are not supported)")
+            return
+        try:
+            region = Region(rec, variables, obj, row.name)
+        except Exception as error:  # noqa: BLE001 - e.g. an op terra-nb cannot lower
+            self._refuse_for_good(row, f"cannot compile the call: {error}")
+            return
         if not region.guarded_branches:
             row.refuse("value read: a branch decided after the call changed a variable")
             return

@@ -159,11 +159,12 @@ def compare(program, options: dict, at_least: float | None = None):
     assert printed2 == printed
     assert_bit_identical(variables, variables2)
     phases = [s.phase for s in terra.stats]
-    if options.get("mode", "coexec") == "coexec":
+    mode = options.get("mode", "coexec")
+    if mode in ("coexec", "lazy"):
         share = phases.count("coexec") / len(phases)
         assert share >= (0.5 if at_least is None else at_least), (phases, str(terra.regions))
     else:
-        assert set(phases) == {"eager"}
+        assert set(phases) == {"eager" if mode == "eager" else "tracing"}
     return terra, calls2, calls
 
 

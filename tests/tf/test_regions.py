@@ -52,6 +52,15 @@ def test_models_losses_and_adam_form_regions(model, name, mode):
     assert terra.explain().regions.hits == terra.regions.hits > 0
 
 
+@pytest.mark.parametrize("mode", ["trace", "lazy"])
+def test_trace_and_lazy_modes(mode):
+    options = {"mode": mode, "regions": True}
+    terra, calls, eager_calls = compare(training("sequential", steps=16), options,
+                                        at_least=0.0 if mode == "trace" else 0.5)
+    assert_python_skipped(terra, calls, eager_calls, "Sequential.__call__", 2)
+    assert formed(terra, "Adam.apply_gradients").hits >= 8
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("optimizer,name", [("sgd-momentum", "SGD.apply_gradients"),
                                             ("loss-scale", "LossScaleOptimizer.apply_gradients")])
@@ -191,6 +200,8 @@ def test_calls_outside_iterations_and_other_threads_pass_through():
 def test_options_and_summary():
     with pytest.raises(TerraUsageError, match="regions must be True or False"):
         Terra(regions="yes")
+    with pytest.raises(TerraUsageError, match="regions=True needs program='segments'"):
+        Terra(regions=True, program="whole")
     with Terra(mode="eager") as terra:
         for _ in terra.loop(range(2)):
             pass
@@ -250,3 +261,30 @@ def test_nested_tapes_run_the_python(mode):
     terra, calls, eager_calls = compare(program, OPTIONS[mode], at_least=0.3)
     assert calls == eager_calls  # every call ran its Python
     assert terra.regions.hits == 0
+
+
+class FunctionLayer(keras.layers.Layer):
+    """A layer whose call runs a user ``tf.function`` (one function-call op)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.twice = tf.function(lambda x: x * 2.0)
+
+    def call(self, x):
+        return self.twice(x)
+
+
+def test_a_call_regions_cannot_compile_is_refused():
+    def program(loop):
+        model = keras.Sequential([keras.Input((8,)), CountingDense(4), FunctionLayer()])
+        out = []
+        for x, _ in loop(data(6)):
+            with tf.GradientTape() as tape:
+                y = tf.reduce_sum(model(x, training=True))
+            out.append(float(y))
+            out.append(float(tf.reduce_sum(tape.gradient(y, model.trainable_variables)[0])))
+        return out, state_of(model)
+
+    terra, _, _ = compare(program, EAGER)
+    (row,) = rows(terra, "Sequential.__call__")
+    assert row.state == "refused" and "cannot compile the call" in row.reason, str(terra.regions)
