@@ -1,6 +1,6 @@
 """The paper's ten programs in every mode: throughput, correctness, breakdown, tables and plots.
 
-    python benchmarks/paper.py [--quick] [--only NAME[,NAME]] [--json PATH] [--plots DIR]
+    python benchmarks/paper.py [--quick] [--only NAME[,NAME]] [--json PATH] [--plots DIR] [--regions]
                                [--warmup W] [--iterations N] [--repeats R] [--timeout S]
 
 For every program (``benchmarks/programs``), one child process (``paper_measure.py``) runs the
@@ -61,6 +61,7 @@ def _child(name: str, modes: list[str], once: list[str], rounds: int, args,
     command = [sys.executable, str(HERE / "paper_measure.py"), name, "--modes", ",".join(modes),
                "--rounds", str(rounds), "--warmup", str(args.warmup),
                "--iterations", str(args.iterations), "--once", ",".join(once)]
+    command += ["--regions"] if args.regions else []
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
 
 
@@ -151,6 +152,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="alternating rounds; medians shown")
     parser.add_argument("--xla-rounds", type=int, dest="xla_rounds",
                         help="rounds measuring coexec_xla: 1 or all (--repeats)")
+    parser.add_argument("--regions", action="store_true",
+                        help="lazy, coexec and coexec_xla with regions (Terra(regions=True))")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds without a result after which a mode counts as hung")
     args = parser.parse_args(argv)

@@ -83,10 +83,11 @@ def run_function(program: ModuleType, state, warmup: int, n: int) -> dict:
     return {"it_s": rate, "cpu_ms": cpu, "traces": fn.experimental_get_tracing_count()}
 
 
-def run_terra(program: ModuleType, state, warmup: int, n: int, mode: str) -> dict:
-    """The loop under ``terra_nb.Terra`` with this mode's options."""
+def run_terra(program: ModuleType, state, warmup: int, n: int, mode: str,
+              regions: bool = False) -> dict:
+    """The loop under ``terra_nb.Terra`` with this mode's options (and regions)."""
     clock = Clock()
-    options = dict(TERRA_OPTIONS[mode])
+    options = dict(TERRA_OPTIONS[mode], regions=regions)
     with Terra(**options) as terra:
         for i in terra.loop(range(warmup + n)):
             if i == warmup:
@@ -96,13 +97,13 @@ def run_terra(program: ModuleType, state, warmup: int, n: int, mode: str) -> dic
     stats = terra.stats
     ms, _ = breakdown(stats[warmup:])
     _, phases = breakdown(stats)
-    regions = getattr(terra, "regions", None)  # the engine forms no regions yet: None, not 0
+    summary = terra.regions
     return {
         "it_s": rate, "cpu_ms": cpu, "breakdown_ms": ms, "phases": phases,
         "steady_phases": breakdown(stats[warmup:])[1],
         "fallbacks": len(terra.explain()),
         "explain": [str(f) for f in terra.explain()[:3]],
-        "regions": None if regions is None else len(regions),
+        "regions": summary.line() if regions else None,
     }
 
 
@@ -116,7 +117,8 @@ def compare(values: list[np.ndarray], reference: list[np.ndarray]) -> tuple[bool
     return equal, diff
 
 
-def measure(program: ModuleType, mode: str, warmup: int, n: int, seed: int) -> tuple[dict, list]:
+def measure(program: ModuleType, mode: str, warmup: int, n: int, seed: int,
+            regions: bool = False) -> tuple[dict, list]:
     """One run of ``mode`` from a fresh state: (result, final weights or [] after an error)."""
     state = program.make(seed)
     try:
@@ -125,7 +127,7 @@ def measure(program: ModuleType, mode: str, warmup: int, n: int, seed: int) -> t
         elif mode == "function":
             result = run_function(program, state, warmup, n)
         else:
-            result = run_terra(program, state, warmup, n, mode)
+            result = run_terra(program, state, warmup, n, mode, regions)
     except Exception as error:  # an engine error is a finding, not the end of the run
         traceback.print_exc(file=sys.stderr)
         return {"error": f"error: {_error_text(error)}"}, []
@@ -137,7 +139,7 @@ def emit(kind: str, record: dict) -> None:
 
 
 def run(name: str, modes: list[str], rounds: int, warmup: int, n: int, seed: int = 0,
-        once: tuple[str, ...] = ()) -> None:
+        once: tuple[str, ...] = (), regions: bool = False) -> None:
     """Measure ``modes`` of program ``name`` for ``rounds`` alternating rounds (the modes in
     ``once`` in the first round only)."""
     program = load(name)
@@ -149,7 +151,7 @@ def run(name: str, modes: list[str], rounds: int, warmup: int, n: int, seed: int
                 continue
             emit("START", {"mode": mode, "round": round_})
             t0 = time.perf_counter()
-            result, final = measure(program, mode, warmup, n, seed)
+            result, final = measure(program, mode, warmup, n, seed, regions)
             if mode == "eager" and reference is None and final:
                 reference = final
             if final and reference is not None:
@@ -167,13 +169,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--once", default="", help="modes measured in the first round only")
+    parser.add_argument("--regions", action="store_true", help="Terra modes with regions")
     args = parser.parse_args(argv)
     modes = args.modes.split(",")
     unknown = set(modes) - set(MODES)
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}; choose from {', '.join(MODES)}")
     once = tuple(m for m in args.once.split(",") if m)
-    run(args.name, modes, args.rounds, args.warmup, args.iterations, args.seed, once)
+    run(args.name, modes, args.rounds, args.warmup, args.iterations, args.seed, once, args.regions)
 
 
 if __name__ == "__main__":

@@ -250,10 +250,11 @@ NOINLINE = {"_noinline": True}  # tf.function attributes of a function that is n
 
 
 def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False,
-                    noinline: bool = False):
+                    noinline: bool = False, name: str = "segment"):
     """The concrete function that runs ``segment``; ``handles`` maps variable keys to handles.
     ``noinline``: a function called from other graphs (a region's) keeps its own body and
-    grappler config there, instead of being inlined and optimised with its caller."""
+    grappler config there, instead of being inlined and optimised with its caller. ``name``
+    names the function (``__inference_<name>_N``: the op type its calls have)."""
 
     def body(*args):
         graph = tf.compat.v1.get_default_graph()
@@ -281,6 +282,7 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
         # output of each such op too, or the function would prune it.
         return [env[p][k] for p, k in segment.returns] + [env[p][0] for p in _unread(segment)]
 
+    body.__name__ = name
     specs = [tf.TensorSpec(shape, dtype) for dtype, shape in segment.args]
     # XLA gives other values than eager for stateless random ops (it picks another algorithm):
     # a segment holding one runs without XLA.

@@ -179,6 +179,7 @@ def build_backward(region, watched_args: tuple):
     def trace(keys):
         specs = [tf.TensorSpec(region.spec[k][1], region.spec[k][0]) for k in keys] + gy_specs
         body = backward_body(region, watched_args, keys)
+        body.__name__ = region.label + "_backward"
         # not inlined where it is called (a graph segment): it keeps its own grappler config
         function = tf.function(body, autograph=False, experimental_attributes=NOINLINE)
         return function.get_concrete_function(*specs)

@@ -9,6 +9,8 @@ dtype, shape).
 
 from __future__ import annotations
 
+import re
+
 import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 from tensorflow.python import pywrap_tfe
@@ -67,6 +69,8 @@ class Region:
     def __init__(self, rec: Recording, variables: dict, obj, name: str) -> None:
         """``variables``: handle id -> variable, for the handles the call read."""
         self.rec, self.obj, self.name = rec, obj, name
+        # names its functions: region_Sequential_call_forward is the op type of F's calls
+        self.label = "region_" + re.sub(r"\W+", "_", name.replace("__", ""))
         self.hits = 0
         self.broken: str | None = None  # why B cannot be built
         self.backwards: dict = {}  # watched args -> (F, B, saved keys, number of saved outputs)
@@ -84,8 +88,8 @@ class Region:
         with capture.bypass():
             self.forward = self._forward(())
             segment = guard_segment(rec) if rec.branches else None
-            self.branch_guard = None if segment is None else \
-                FastCall(compile_segment(segment, rec.captures, noinline=True))
+            self.branch_guard = None if segment is None else FastCall(compile_segment(
+                segment, rec.captures, noinline=True, name=self.label + "_guard"))
         self.branch_values = [v for _, _, v in rec.branches]
 
     @property
@@ -108,7 +112,8 @@ class Region:
     def _forward(self, saved: list) -> FastCall:
         returns = tuple((w.index, w.output) for w in self.outs) + tuple(saved)
         segment = Segment(tuple(self.rec.ops), self.rec.args, returns)
-        return FastCall(compile_segment(segment, self.rec.captures, noinline=True))
+        return FastCall(compile_segment(segment, self.rec.captures, noinline=True,
+                                        name=self.label + "_forward"))
 
     def _backward(self, watched: tuple) -> tuple | None:
         """F with the values B reads, and B; None (``broken`` says why) if B cannot be built."""
