@@ -61,6 +61,12 @@ class FastCall:
         return execute.execute(self.name, self.n_out, [*args, *self.caps], self.attrs,
                                context.context())
 
+    def packed(self, *args):
+        """The outputs in the function's structure: a composite output (the ``IndexedSlices``
+        gradient of an embedding) is several tensors on the wire."""
+        return tf.nest.pack_sequence_as(self.cf.structured_outputs, self(*args),
+                                        expand_composites=True)
+
 
 class Region:
     """F(args) -> outputs (+ the forward values B reads). B(saved, out_grads) -> gradients of
@@ -157,7 +163,7 @@ class Region:
             saved = list(flat[n:n + n_saved]) + [args[k[1]] for k in used if k[0] == "arg"]
 
             def gradient(*out_grads):
-                return backward(*saved, *out_grads)
+                return backward.packed(*saved, *out_grads)
 
             record.record_operation("TerraRegion", outs, [args[i] for i in watched]
                                     + self.t_handles, gradient)
