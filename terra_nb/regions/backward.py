@@ -18,6 +18,10 @@ from tensorflow.python.ops import gen_math_ops
 
 from ..coexec.lower import eager_attrs
 
+# A region's function keeps its own body when another function calls it (a graph segment): that
+# caller's grappler options would apply to an inlined body (see region._config).
+NOT_INLINED = {"_noinline": True}
+
 # tape.h FunctionsAcceptingNoneForIndicesMap: these get None, not zeros, for missing out-grads
 ACCEPTS_NONE = {"SoftmaxCrossEntropyWithLogits": {1}, "SparseSoftmaxCrossEntropyWithLogits": {1},
                 "FusedBatchNorm": {1, 2, 3, 4}}
@@ -179,7 +183,9 @@ def build_backward(region, watched_args: tuple):
     def trace(keys):
         specs = [tf.TensorSpec(region.spec[k][1], region.spec[k][0]) for k in keys] + gy_specs
         body = backward_body(region, watched_args, keys)
-        return tf.function(body, autograph=False).get_concrete_function(*specs)
+        body.__name__ = "region_backward"
+        return tf.function(body, autograph=False, experimental_attributes=NOT_INLINED
+                           ).get_concrete_function(*specs)
 
     probe = trace(cand)
     used = [k for k, ph in zip(cand, probe.graph.inputs) if ph.consumers()]

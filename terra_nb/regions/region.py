@@ -17,17 +17,11 @@ from tensorflow.python.eager import context, execute, record
 from .. import capture
 from ..capture import functions
 from ..coexec.lower import Segment, Wire, compile_segment
-from .backward import build_backward, trainable_dtype
+from .backward import NOT_INLINED, build_backward, trainable_dtype
 from .branches import guard_segment
 from .recording import Recording
 
 _CONFIG: list[bytes] = []
-# Register F and B with capture.functions, so co-execution answers them with placeholders and runs
-# them as graph work (a PartitionedCall in a segment). Off: a segment inlines the call and
-# compiles it with its own grappler options (arithmetic optimizer on), and a BatchNormalization
-# model then drifts 1 ulp from eager; with those rewrites off globally it is bit-identical. Until
-# segments holding a region call compile with the region's rewrite options, F and B run for real.
-GRAPH_WORK = False
 DECLINED = object()  # Region.run: the call must run its Python (higher-order gradients)
 _HIGHER_ORDER = 2  # TFE_Py_TapeSetPossibleGradientTypes: more than one tape, or a forward one
 
@@ -46,14 +40,27 @@ def _config() -> bytes:
     return _CONFIG[0]
 
 
+def _named(cf, name: str):
+    """``cf`` called by a function named ``name`` that is never inlined into a caller (see
+    ``backward.NOT_INLINED``)."""
+
+    def call(*args):
+        return cf(*args)
+
+    call.__name__ = name
+    outer = tf.function(call, autograph=False, experimental_attributes=NOT_INLINED)
+    return outer.get_concrete_function(*cf.structured_input_signature[0])
+
+
 class FastCall:
     """Call a concrete function as one eager op (``AtomicFunction.call_flat`` minus its Python).
-    Keeps the ConcreteFunction alive: its function stays registered (see ``GRAPH_WORK``)."""
+    Keeps the ConcreteFunction alive: its function stays registered. Its output specs are
+    registered with ``capture.functions``: co-execution answers the call with placeholders and
+    runs it as graph work (a call in a segment, never inlined: its body keeps the config above)."""
 
     def __init__(self, cf) -> None:
         self.cf, fn = cf, cf._inference_function
-        if GRAPH_WORK:
-            functions.register(fn)
+        functions.register(fn)
         self.name = fn.name.decode() if isinstance(fn.name, bytes) else fn.name
         self.caps = list(cf.captured_inputs)
         self.n_out = len(fn.cached_definition.signature.output_arg)
@@ -89,7 +96,7 @@ class Region:
             self.forward = self._forward(())
             segment = guard_segment(rec) if rec.branches else None
             self.branch_guard = None if segment is None else \
-                FastCall(compile_segment(segment, rec.captures))
+                FastCall(_named(compile_segment(segment, rec.captures), "region_branches"))
         self.branch_values = [v for _, _, v in rec.branches]
 
     @property
@@ -112,7 +119,7 @@ class Region:
     def _forward(self, saved: list) -> FastCall:
         returns = tuple((w.index, w.output) for w in self.outs) + tuple(saved)
         segment = Segment(tuple(self.rec.ops), self.rec.args, returns)
-        return FastCall(compile_segment(segment, self.rec.captures))
+        return FastCall(_named(compile_segment(segment, self.rec.captures), "region_forward"))
 
     def _backward(self, watched: tuple) -> tuple | None:
         """F with the values B reads, and B; None (``broken`` says why) if B cannot be built."""
