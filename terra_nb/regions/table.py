@@ -27,6 +27,7 @@ from .summary import RegionRow, RegionSummary
 
 REFUSE_AFTER = 3  # traced calls in a row with an effect
 MAX_PENDING = 256
+MAX_SPECS = 16  # guard keys per object and method: beyond, a Python value changes every call
 _TENSORS = (tf_ops.EagerTensor, Placeholder)
 _SCALARS = (bool, int, float, str, type(None))
 
@@ -90,6 +91,7 @@ class Regions:
         self.pending: dict[tuple, Recording] = {}
         self.rows: dict[tuple, RegionRow] = {}
         self.formed_for: dict[tuple, int] = {}  # (object id, method) -> regions formed
+        self.specs_for: dict[tuple, int] = {}  # (object id, method) -> rows (guard keys)
         self.epoch = 0  # variables created in the loop's thread
         self.changed = False  # a call was traced on its way to a region, or one formed
 
@@ -142,6 +144,16 @@ class Regions:
     def _row(self, key: tuple, obj, method: str) -> RegionRow:
         row = self.rows.get(key)
         if row is None:
+            ident = (id(obj), method)
+            self.specs_for[ident] = specs = self.specs_for.get(ident, 0) + 1
+            if specs > MAX_SPECS:  # one row for the rest, refused: they run op by op
+                row = self.rows.get(("many", *ident))
+                if row is None:
+                    row = self.rows[("many", *ident)] = RegionRow(
+                        f"{type(obj).__name__}.{method}", user_line())
+                    self._refuse_for_good(row, f"more than {MAX_SPECS} argument specs (a Python "
+                                               f"argument that changes every call?)")
+                return row
             row = self.rows[key] = RegionRow(f"{type(obj).__name__}.{method}", user_line())
         return row
 

@@ -292,3 +292,27 @@ def test_a_call_regions_cannot_compile_is_refused():
     terra, _, _ = compare(program, EAGER)
     (row,) = rows(terra, "Sequential.__call__")
     assert row.state == "refused" and "cannot compile the call" in row.reason, str(terra.regions)
+
+
+class Scale(keras.layers.Layer):
+    def call(self, x, s):
+        return x * s
+
+
+def test_a_python_argument_new_every_call_is_refused():
+    """A Python number is part of the guard: new every call, the call never forms a region (and
+    the regions' table stays small: the specs beyond 16 share one refused row)."""
+
+    def program(loop):
+        model, scale = sequential(), Scale()
+        out = []
+        for i, (x, _) in enumerate(loop(data(24))):
+            out.append(float(tf.reduce_sum(model(x, training=False))))
+            out.append(float(tf.reduce_sum(scale(x, s=0.5 + i))))
+        return out, state_of(model)
+
+    terra, _, _ = compare(program, EAGER)
+    assert formed(terra, "Sequential.__call__").hits >= 10
+    scale_rows = rows(terra, "Scale.__call__")
+    assert len(scale_rows) == 17 and not any(r.state == "formed" for r in scale_rows)
+    assert "more than 16 argument specs" in scale_rows[-1].reason
