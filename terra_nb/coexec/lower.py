@@ -246,8 +246,14 @@ def has_side_effect(op_type: str) -> bool:
     return op_type not in READ_ONLY and op_info(op_type).stateful
 
 
-def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False):
-    """The concrete function that runs ``segment``; ``handles`` maps variable keys to handles."""
+NOINLINE = {"_noinline": True}  # tf.function attributes of a function that is never inlined
+
+
+def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False,
+                    noinline: bool = False):
+    """The concrete function that runs ``segment``; ``handles`` maps variable keys to handles.
+    ``noinline``: a function called from other graphs (a region's) keeps its own body and
+    grappler config there, instead of being inlined and optimised with its caller."""
 
     def body(*args):
         graph = tf.compat.v1.get_default_graph()
@@ -279,5 +285,6 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
     # XLA gives other values than eager for stateless random ops (it picks another algorithm):
     # a segment holding one runs without XLA.
     xla = xla and not any(op.op_type.startswith("Stateless") for op in segment.ops)
-    function = tf.function(body, autograph=False, jit_compile=xla or None, reduce_retracing=False)
+    function = tf.function(body, autograph=False, jit_compile=xla or None, reduce_retracing=False,
+                           experimental_attributes=NOINLINE if noinline else None)
     return function.get_concrete_function(*specs)

@@ -16,11 +16,7 @@ from tensorflow.python.eager import backprop
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import gen_math_ops
 
-from ..coexec.lower import eager_attrs
-
-# A region's function keeps its own body when another function calls it (a graph segment): that
-# caller's grappler options would apply to an inlined body (see region._config).
-NOT_INLINED = {"_noinline": True}
+from ..coexec.lower import NOINLINE, eager_attrs
 
 # tape.h FunctionsAcceptingNoneForIndicesMap: these get None, not zeros, for missing out-grads
 ACCEPTS_NONE = {"SoftmaxCrossEntropyWithLogits": {1}, "SparseSoftmaxCrossEntropyWithLogits": {1},
@@ -183,9 +179,9 @@ def build_backward(region, watched_args: tuple):
     def trace(keys):
         specs = [tf.TensorSpec(region.spec[k][1], region.spec[k][0]) for k in keys] + gy_specs
         body = backward_body(region, watched_args, keys)
-        body.__name__ = "region_backward"
-        return tf.function(body, autograph=False, experimental_attributes=NOT_INLINED
-                           ).get_concrete_function(*specs)
+        # not inlined where it is called (a graph segment): it keeps its own grappler config
+        function = tf.function(body, autograph=False, experimental_attributes=NOINLINE)
+        return function.get_concrete_function(*specs)
 
     probe = trace(cand)
     used = [k for k, ph in zip(cand, probe.graph.inputs) if ph.consumers()]

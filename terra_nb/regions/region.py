@@ -15,9 +15,9 @@ from tensorflow.python import pywrap_tfe
 from tensorflow.python.eager import context, execute, record
 
 from .. import capture
-from ..capture import functions
+from ..capture.functions import register
 from ..coexec.lower import Segment, Wire, compile_segment
-from .backward import NOT_INLINED, build_backward, trainable_dtype
+from .backward import build_backward, trainable_dtype
 from .branches import guard_segment
 from .recording import Recording
 
@@ -40,31 +40,20 @@ def _config() -> bytes:
     return _CONFIG[0]
 
 
-def _named(cf, name: str):
-    """``cf`` called by a function named ``name`` that is never inlined into a caller (see
-    ``backward.NOT_INLINED``)."""
-
-    def call(*args):
-        return cf(*args)
-
-    call.__name__ = name
-    outer = tf.function(call, autograph=False, experimental_attributes=NOT_INLINED)
-    return outer.get_concrete_function(*cf.structured_input_signature[0])
-
-
 class FastCall:
     """Call a concrete function as one eager op (``AtomicFunction.call_flat`` minus its Python).
-    Keeps the ConcreteFunction alive: its function stays registered. Its output specs are
-    registered with ``capture.functions``: co-execution answers the call with placeholders and
-    runs it as graph work (a call in a segment, never inlined: its body keeps the config above)."""
+    Keeps the ConcreteFunction alive: its function stays registered. Registered with
+    ``capture.functions`` (static output specs), so co-execution answers it with placeholders and
+    runs it as graph work: a call in a graph segment that is never inlined (``noinline``), so it
+    keeps its own grappler config (``_config``) and its values stay eager's."""
 
     def __init__(self, cf) -> None:
         self.cf, fn = cf, cf._inference_function
-        functions.register(fn)
         self.name = fn.name.decode() if isinstance(fn.name, bytes) else fn.name
         self.caps = list(cf.captured_inputs)
         self.n_out = len(fn.cached_definition.signature.output_arg)
         self.attrs = ("executor_type", "", "config_proto", _config())
+        register(fn)  # its static output specs: in co-execution the call is graph work
 
     def __call__(self, *args) -> list:
         return execute.execute(self.name, self.n_out, [*args, *self.caps], self.attrs,
@@ -96,7 +85,7 @@ class Region:
             self.forward = self._forward(())
             segment = guard_segment(rec) if rec.branches else None
             self.branch_guard = None if segment is None else \
-                FastCall(_named(compile_segment(segment, rec.captures), "region_branches"))
+                FastCall(compile_segment(segment, rec.captures, noinline=True))
         self.branch_values = [v for _, _, v in rec.branches]
 
     @property
@@ -119,7 +108,7 @@ class Region:
     def _forward(self, saved: list) -> FastCall:
         returns = tuple((w.index, w.output) for w in self.outs) + tuple(saved)
         segment = Segment(tuple(self.rec.ops), self.rec.args, returns)
-        return FastCall(_named(compile_segment(segment, self.rec.captures), "region_forward"))
+        return FastCall(compile_segment(segment, self.rec.captures, noinline=True))
 
     def _backward(self, watched: tuple) -> tuple | None:
         """F with the values B reads, and B; None (``broken`` says why) if B cannot be built."""

@@ -105,6 +105,8 @@ class Regions:
     def call(self, obj, method: str, fn, args: tuple, kwargs: dict):
         """Answer ``fn(*args, **kwargs)`` (``obj.method``): a hit, or a traced call."""
         args = tuple(list(a) if type(a) is zip else a for a in args)  # apply_gradients(zip(..))
+        # numpy data is an argument of the region, as the tensor Keras would convert it to
+        args, kwargs = _numpy_as_tensors(args), {k: _numpy_as_tensors(v) for k, v in kwargs.items()}
         try:
             key, tensors = guard_key(obj, method, args, kwargs)
         except Unguardable as why:
@@ -213,6 +215,16 @@ class Regions:
         ident = (id(obj), key[1])
         self.formed_for[ident] = self.formed_for.get(ident, 0) + 1
         row.form(region.n_ops)
+
+
+def _numpy_as_tensors(value):
+    """``value`` with every numpy array or scalar (also in lists and tuples) as an eager tensor
+    of its dtype (no op runs: nothing is recorded or co-executed)."""
+    if isinstance(value, np.ndarray | np.generic):
+        return tf_ops.convert_to_tensor(value)
+    if type(value) is list or type(value) is tuple:
+        return type(value)(_numpy_as_tensors(v) for v in value)
+    return value
 
 
 def _variables_in(args) -> list:

@@ -40,7 +40,7 @@ def assert_python_skipped(terra, calls, eager_calls, name: str, dense_layers: in
     assert skipped == dense_layers * row.hits, (calls, eager_calls, str(terra.regions))
     if terra.mode in ("coexec", "lazy"):
         listing = "\n".join(map(str, terra.programs))
-        assert "region_forward" in listing and "region_backward" in listing, listing
+        assert listing.count("__inference_") >= 3, listing  # F of model, loss, optimizer; B
 
 
 @pytest.mark.parametrize("mode", MODES)
