@@ -20,7 +20,7 @@ from tensorflow.python.framework import ops as tf_ops
 from .. import capture
 from ..capture import hooks
 from ..capture.placeholder import Placeholder
-from .effects import EffectProbe, objects_of, side_outputs
+from .effects import EffectProbe, objects_of, side_outputs, writes_to
 from .recording import Recording, RecordingTee
 from .region import DECLINED, Region
 from .summary import RegionRow, RegionSummary
@@ -95,9 +95,10 @@ class Regions:
         self.epoch = 0  # variables created in the loop's thread
         self.changed = False  # a call was traced on its way to a region, or one formed
 
-    def state(self, layers: list) -> tuple:
-        """Trainable flags of the object's layers; the variable count."""
-        return tuple([la.trainable for la in layers]), self.epoch
+    def state(self, layers: list, objs: list = ()) -> tuple:
+        """Trainable flags of the object's layers; the variable count; the attribute assignments
+        to ``objs`` (the object and its sublayers)."""
+        return tuple([la.trainable for la in layers]), self.epoch, writes_to(objs)
 
     def summary(self) -> RegionSummary:
         return RegionSummary(tuple(r.frozen() for r in self.rows.values()))
@@ -114,7 +115,7 @@ class Regions:
             return fn(*args, **kwargs)
         region = self.table.get(key)
         if region is not None:
-            if region.obj is obj and region.state == self.state(region.layers):
+            if region.obj is obj and region.state == self.state(region.layers, region.objs):
                 if region.branches_hold(tensors):
                     result = region.run(tensors)
                     if result is not DECLINED:
@@ -128,7 +129,8 @@ class Regions:
                     return fn(*args, **kwargs)
                 self.rows[key].miss("a branch decided in Python went the other way")
             else:
-                self.rows[key].miss("a variable was created or a trainable flag changed")
+                self.rows[key].miss("a variable was created, an attribute set or a trainable "
+                                    "flag changed")
             del self.table[key]
         elif self.formed_for.get((id(obj), method)):
             self._row(key, obj, method).misses += 1  # new specs for an object with regions
@@ -210,7 +212,8 @@ class Regions:
         if not region.guarded_branches:
             row.refuse("value read: a branch decided after the call changed a variable")
             return
-        region.layers, region.state = layers, self.state(layers)
+        region.objs = objects_of(obj)
+        region.layers, region.state = layers, self.state(layers, region.objs)
         self.table[key] = region
         ident = (id(obj), key[1])
         self.formed_for[ident] = self.formed_for.get(ident, 0) + 1

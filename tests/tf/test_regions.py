@@ -198,7 +198,9 @@ def test_calls_outside_iterations_and_other_threads_pass_through():
     (row,) = rows(terra, "Sequential.__call__")
     assert row.hits == 2  # formed from the loop's first two calls only
     assert keras.Layer.__call__.__name__ == "__call__"
-    assert not hasattr(keras.Layer.__call__, "__terra_region_original__")  # unwrapped
+    for cls in (keras.Layer, keras.losses.Loss, keras.optimizers.Optimizer):  # unwrapped
+        for method in ("__call__", "apply_gradients", "__setattr__"):
+            assert not hasattr(getattr(cls, method, None), "__terra_region_original__")
 
 
 def test_options_and_summary():
@@ -316,3 +318,25 @@ def test_a_python_argument_new_every_call_is_refused():
     scale_rows = rows(terra, "Scale.__call__")
     assert len(scale_rows) == 17 and not any(r.state == "formed" for r in scale_rows)
     assert "more than 16 argument specs" in scale_rows[-1].reason
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_attribute_set_by_the_user_is_a_guard_miss(mode):
+    """``dropout.rate = 0.6`` between steps: the region's constant is stale; the call runs its
+    Python again and forms a new region."""
+
+    def program(loop):
+        model = sequential("dropout")
+        lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        out = []
+        for i, (x, y) in enumerate(loop(data(24))):
+            if i == 10:
+                model.layers[1].rate = 0.6
+                lossf.reduction = "sum"
+            out.append(float(lossf(y, model(x, training=True))))
+        return out, state_of(model)
+
+    terra, _, _ = compare(program, OPTIONS[mode], at_least=0.3)
+    for name in ("Sequential.__call__", LOSS):
+        (row,) = rows(terra, name)
+        assert row.misses >= 1 and row.state == "formed" and row.hits >= 10, str(terra.regions)
