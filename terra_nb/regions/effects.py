@@ -43,6 +43,11 @@ def count_write(obj) -> None:
     _writes[key] = _writes.get(key, 0) + 1
 
 
+def forget_writes() -> None:
+    """When no Terra with regions is open: no guard reads the counts any more."""
+    _writes.clear()
+
+
 def writes_to(objs: list) -> tuple:
     """How many attribute assignments each of ``objs`` has seen: part of a region's guard (the
     user set ``layer.rate`` or ``loss.reduction``: the call may compute something else)."""

@@ -20,7 +20,7 @@ import keras
 import tensorflow as tf
 from tensorflow.python.eager import context
 
-from .effects import count_write
+from .effects import count_write, forget_writes
 from .table import Regions
 
 
@@ -96,6 +96,7 @@ def _uninstall() -> None:
                 else:
                     setattr(cls, method, own)
             _saved.clear()
+            forget_writes()
 
 
 class Interception:
