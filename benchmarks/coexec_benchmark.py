@@ -1,6 +1,10 @@
 """Throughput of eager, tf.function, lazy and co-execution on the same loops, in one run.
 
     python benchmarks/coexec_benchmark.py [--iterations N] [--warmup W] [--repeats R] [--only NAME]
+                                          [--regions] [--cell N] [--program segments|whole]
+
+``--regions`` adds lazy and coexec with regions (``Terra(regions=True)``, DESIGN 5b); ``--cell N``
+prints the whole time of an N-iteration cell from fresh objects instead (time to benefit).
 
 For every loop: iterations/s after warm-up for each mode (the median of R alternating rounds), the
 ratios against eager, and the per-iteration breakdown of co-execution (paper Figure 6):
@@ -94,6 +98,37 @@ def make_functions():
     return build
 
 
+def make_cnn():
+    """A Keras CNN (3 convolutions, batch 64 at 32x32, Adam), the loss read every step."""
+
+    def build():
+        keras.utils.set_random_seed(0)
+        L = keras.layers
+        model = keras.Sequential([
+            keras.Input((32, 32, 3)), L.Conv2D(16, 3, activation="relu"), L.MaxPooling2D(),
+            L.Conv2D(32, 3, activation="relu"), L.MaxPooling2D(),
+            L.Conv2D(32, 3, activation="relu"), L.GlobalAveragePooling2D(), L.Dense(10)])
+        opt = keras.optimizers.Adam(1e-3)
+        loss_of = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        rng = np.random.default_rng(0)
+        data = [(rng.normal(size=(64, 32, 32, 3)).astype("float32"),
+                 rng.integers(0, 10, 64)) for _ in range(4)]
+
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_of(y, model(x, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        def loop_body(item):
+            float(step(*item))
+
+        return data, loop_body, step
+
+    return build
+
+
 def make_rnn(lengths):
     """A SimpleRNN step over sequences of these lengths (a Python loop over the time steps)."""
 
@@ -156,6 +191,7 @@ LOOPS = {
     "mlp-python": make_mlp(256, 128, python_in_step=True),
     "mlp-small": make_mlp(32, 16, python_in_step=False),
     "mlp-functions": make_functions(),
+    "cnn": make_cnn(),
     "rnn-varlen": make_rnn((6, 8, 10, 8)),
     "rnn-unique": make_rnn(range(4, 104)),  # a length never seen before, every iteration
     "scan-unique": make_scan(range(4, 104)),  # the same without gradient
@@ -203,9 +239,10 @@ def time_function(step, data, warmup, n) -> tuple[float, float] | str:
     return clock.stop(n)
 
 
-def time_terra(body, data, warmup, n, mode, program="segments"):
+def time_terra(body, data, warmup, n, mode, program="segments", regions=False):
     clock = Clock()
-    with Terra(mode=mode, program=program if mode == "coexec" else "segments") as terra:
+    program = program if mode == "coexec" else "segments"
+    with Terra(mode=mode, program=program, regions=regions) as terra:
         for i, item in enumerate(terra.loop(items(data, warmup + n))):
             if i == warmup:
                 clock.start()
@@ -225,6 +262,7 @@ def breakdown(stats) -> tuple[dict[str, float], dict[str, int]]:
 
 
 MODES = ("eager", "tf.function", "lazy", "coexec")
+REGION_MODES = ("lazy+regions", "coexec+regions")  # with --regions
 
 
 def measure(build, mode: str, warmup: int, n: int, program: str = "segments"):
@@ -235,22 +273,63 @@ def measure(build, mode: str, warmup: int, n: int, program: str = "segments"):
         return time_plain(body, data, warmup, n)
     if mode == "tf.function":
         return time_function(step, data, warmup, n)
-    return time_terra(body, data, warmup, n, mode, program)
+    terra_mode, _, regions = mode.partition("+")
+    return time_terra(body, data, warmup, n, terra_mode, program, regions=bool(regions))
 
 
-def median_runs(build, warmup: int, n: int, repeats: int, program: str = "segments") -> dict:
+def median_runs(build, warmup: int, n: int, repeats: int, modes: tuple,
+                program: str = "segments") -> dict:
     """Per mode, the run with the median rate of ``repeats`` rounds; the modes alternate within a
     round so a slow spell of the machine hits all of them alike."""
-    rounds = [{mode: measure(build, mode, warmup, n, program) for mode in MODES}
+    rounds = [{mode: measure(build, mode, warmup, n, program) for mode in modes}
               for _ in range(repeats)]
     run = {}
-    for mode in MODES:
+    for mode in modes:
         runs = [r[mode] for r in rounds]
         if isinstance(runs[0], str):
             run[mode] = runs[0]
         else:
             run[mode] = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
     return run
+
+
+def _rate(r) -> float | str:
+    return r if isinstance(r, str) else r[0]
+
+
+def _row(name: str, run: dict, modes: tuple) -> str:
+    """One loop: it/s per mode, each Terra mode's ratio to eager, tf.function and its lazy
+    counterpart, and co-execution's breakdown."""
+    rates = {m: _rate(run[m]) for m in modes}
+    cells = [f"{r:>16}" if isinstance(r, str) else f"{r:16.1f}" for r in rates.values()]
+    ratios = []
+    for m in modes:
+        if m.startswith("coexec"):
+            lazy = rates[m.replace("coexec", "lazy")]
+            f = rates["tf.function"]
+            vs_f = f"{rates[m] / f:.2f}" if isinstance(f, float) else "-"
+            ratios.append(f"{m}: {rates[m] / rates['eager']:.2f}x eager, {vs_f}x tf.f, "
+                          f"{rates[m] / lazy:.2f}x lazy")
+    parts = []
+    for m in modes:
+        if m.startswith("coexec"):
+            ms, phases = run[m][2], run[m][3]
+            parts.append(f"{m} ms/it {ms['python_exec']:.2f}/{ms['python_stall']:.2f}/"
+                         f"{ms['graph_exec']:.2f}/{ms['graph_stall']:.2f} {phases}")
+    return f"{name:<13} {' '.join(cells)}\n{'':13} {'; '.join(ratios)}\n{'':13} {'; '.join(parts)}"
+
+
+def cell_times(args, modes: tuple) -> None:
+    """Seconds for a whole ``args.cell``-iteration cell per mode (median of the rounds)."""
+    print(f"{'loop':<13} " + " ".join(f"{m + ' s':>16}" for m in modes)
+          + f"   ({args.cell} iterations from fresh objects)")
+    for name, build in LOOPS.items():
+        if args.only and name != args.only:
+            continue
+        run = median_runs(build, 0, args.cell, args.repeats, modes, args.program)
+        cells = [f"{'-':>16}" if isinstance(r, str) else f"{args.cell / r[0]:16.2f}"
+                 for r in run.values()]
+        print(f"{name:<13} {' '.join(cells)}", flush=True)
 
 
 def main() -> None:
@@ -261,36 +340,37 @@ def main() -> None:
     parser.add_argument("--only", choices=sorted(LOOPS))
     parser.add_argument("--program", choices=("segments", "whole"), default="segments",
                         help="how coexec runs the graph: compiled segments or one whole program")
+    parser.add_argument("--regions", action="store_true",
+                        help="also lazy and coexec with regions (Terra(regions=True))")
+    parser.add_argument("--cell", type=int, metavar="N",
+                        help="time to benefit: the whole time of an N-iteration cell from fresh "
+                             "objects (tracing and compiles included), instead of it/s")
     args = parser.parse_args()
-    print(f"{'loop':<13} {'eager it/s':>10} {'tf.function':>16} {'lazy':>8} {'coexec':>8} "
-          f"{'co/eager':>8} {'co/tf.f':>7} {'co/lazy':>7}   coexec ms/it: py exec, py stall, "
-          f"graph exec, graph stall")
+    modes = MODES + (REGION_MODES if args.regions else ())
+    if args.cell:
+        return cell_times(args, modes)
+    print(f"{'loop':<13} " + " ".join(f"{m + ' it/s':>16}" for m in modes)
+          + "\n(coexec ms/it: py exec/py stall/graph exec/graph stall)")
     budgets = []
     for name, build in LOOPS.items():
         if args.only and name != args.only:
             continue
-        run = median_runs(build, args.warmup, args.iterations, args.repeats, args.program)
-        eager, function, lazy, coexec = (r if isinstance(r, str) else r[0] for r in run.values())
-        ms, phases = run["coexec"][2], run["coexec"][3]
-        f_text = f"{function:16.1f}" if isinstance(function, float) else f"{function:>16}"
-        vs_f = f"{coexec / function:7.2f}" if isinstance(function, float) else f"{'-':>7}"
-        print(f"{name:<13} {eager:10.1f} {f_text} {lazy:8.1f} {coexec:8.1f} "
-              f"{coexec / eager:8.2f} {vs_f} {coexec / lazy:7.2f}   "
-              f"{ms['python_exec']:.2f}, {ms['python_stall']:.2f}, {ms['graph_exec']:.2f}, "
-              f"{ms['graph_stall']:.2f}  {phases}", flush=True)
+        run = median_runs(build, args.warmup, args.iterations, args.repeats, modes, args.program)
+        print(_row(name, run, modes), flush=True)
         budgets.append((name, run))
-    print(f"\nCPU ms/it ({os.cpu_count()} cores)  eager  tf.function  lazy  coexec   lazy py exec"
-          f"   bound co/tf.f")
+    print(f"\nCPU ms/it ({os.cpu_count()} cores) " + " ".join(f"{m:>15}" for m in modes)
+          + "   bound co/tf.f (per lazy variant's py exec)")
     for name, run in budgets:
         cpu = {m: (r if isinstance(r, str) else r[1]) for m, r in run.items()}
-        python = run["lazy"][2]["python_exec"]
-        text = " ".join(f"{'-':>11}" if isinstance(c, str) else f"{c:>11.1f}" for c in cpu.values())
-        bound = "-"
-        if not isinstance(cpu["tf.function"], str):
-            wall = 1e3 / run["tf.function"][0]
-            bound = f"{min(1.0, wall / ((cpu['tf.function'] + python) / os.cpu_count())):.2f}"
-        print(f"{name:<13} {text} {python:14.1f} {bound:>17}")
-
+        text = " ".join(f"{'-':>15}" if isinstance(c, str) else f"{c:>15.1f}" for c in cpu.values())
+        bounds = []
+        for lazy in (m for m in modes if m.startswith("lazy")):
+            if not isinstance(cpu["tf.function"], str):
+                python = run[lazy][2]["python_exec"]
+                wall = 1e3 / run["tf.function"][0]
+                bound = min(1.0, wall / ((cpu["tf.function"] + python) / os.cpu_count()))
+                bounds.append(f"{lazy.replace('lazy', 'coexec')} {bound:.2f}")
+        print(f"{name:<13} {' ' * 8}{text}   {', '.join(bounds) or '-'}")
 
 if __name__ == "__main__":
     main()
