@@ -37,7 +37,8 @@ class Unguardable(Exception):
 
 
 def _specs(value, out: list, tensors: list) -> None:
-    """Guard key of one argument, appended to ``out``; lists and tuples recursively."""
+    """Guard key of one argument, appended to ``out``; lists, tuples and dicts recursively (a
+    tensor held in a container keyed by identity would be baked in by value)."""
     t = type(value)
     if t in _TENSORS:
         out.append((value.dtype, value._shape_tuple()))
@@ -45,6 +46,10 @@ def _specs(value, out: list, tensors: list) -> None:
     elif t is list or t is tuple:
         out.append(len(value))
         for v in value:
+            _specs(v, out, tensors)
+    elif t is dict:
+        out.append(tuple(value))
+        for v in value.values():
             _specs(v, out, tensors)
     elif t in _SCALARS:
         out.append((t, value))
@@ -227,6 +232,8 @@ def _numpy_as_tensors(value):
         return tf_ops.convert_to_tensor(value)
     if type(value) is list or type(value) is tuple:
         return type(value)(_numpy_as_tensors(v) for v in value)
+    if type(value) is dict:
+        return {k: _numpy_as_tensors(v) for k, v in value.items()}
     return value
 
 

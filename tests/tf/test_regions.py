@@ -340,3 +340,21 @@ def test_an_attribute_set_by_the_user_is_a_guard_miss(mode):
     for name in ("Sequential.__call__", LOSS):
         (row,) = rows(terra, name)
         assert row.misses >= 1 and row.state == "formed" and row.hits >= 10, str(terra.regions)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dict_inputs_are_guarded_tensor_by_tensor(mode):
+    """A Functional model on a dict of inputs, the same dict object refilled every step: its
+    tensors are arguments of the region, not constants baked in."""
+
+    def program(loop):
+        a, b = keras.Input((8,), name="a"), keras.Input((8,), name="b")
+        model = keras.Model({"a": a, "b": b}, CountingDense(4)(keras.layers.Add()([a, b])))
+        feed, out = {}, []
+        for x, _ in loop(data(12)):
+            feed["a"], feed["b"] = x, x * 2.0
+            out.append(float(tf.reduce_sum(model(feed, training=False))))
+        return out, state_of(model)
+
+    terra, _, _ = compare(program, OPTIONS[mode])
+    assert formed(terra, "Functional.__call__").hits >= 5
