@@ -34,6 +34,26 @@ def _fingerprint(value):
     return id(value)
 
 
+_writes: dict[int, int] = {}  # id(object) -> attribute assignments seen (``count_write``)
+
+
+def count_write(obj) -> None:
+    """An attribute of ``obj`` was assigned (the ``__setattr__`` wrappers of ``intercept``)."""
+    key = id(obj)
+    _writes[key] = _writes.get(key, 0) + 1
+
+
+def forget_writes() -> None:
+    """When no Terra with regions is open: no guard reads the counts any more."""
+    _writes.clear()
+
+
+def writes_to(objs: list) -> tuple:
+    """How many attribute assignments each of ``objs`` has seen: part of a region's guard (the
+    user set ``layer.rate`` or ``loss.reduction``: the call may compute something else)."""
+    return tuple([_writes.get(id(o), 0) for o in objs])
+
+
 def objects_of(obj) -> list:
     """The object and its sublayers (a Keras layer or model), or the object alone."""
     layers = list(obj._flatten_layers()) if hasattr(obj, "_flatten_layers") else []

@@ -20,12 +20,33 @@ import keras
 import tensorflow as tf
 from tensorflow.python.eager import context
 
+from .effects import count_write, forget_writes
 from .table import Regions
 
 
 def _targets() -> list[tuple[type, str]]:
     return [(keras.Layer, "__call__"), (keras.losses.Loss, "__call__"),
             (keras.optimizers.Optimizer, "apply_gradients")]
+
+
+def _written() -> list[type]:
+    """Classes whose attribute assignments are counted (``effects.count_write``)."""
+    return [keras.Layer, keras.losses.Loss, keras.optimizers.Optimizer]
+
+
+_MISSING = object()
+
+
+def _counting(original):
+    def __setattr__(self, name, value):  # noqa: N807 - it replaces __setattr__
+        # Keras assigns ``built`` and ``_called`` again on every call: the same object is no
+        # change
+        if getattr(self, "__dict__", {}).get(name, _MISSING) is not value:
+            count_write(self)
+        original(self, name, value)
+
+    __setattr__.__terra_region_original__ = original
+    return __setattr__
 
 
 SETTLE_ITERATIONS = 8  # iterations kept running for real while regions form
@@ -58,6 +79,9 @@ def _install() -> None:
             for cls, method in _targets():
                 _saved.append((cls, method, cls.__dict__.get(method)))
                 setattr(cls, method, _wrap(getattr(cls, method), method))
+            for cls in _written():
+                _saved.append((cls, "__setattr__", cls.__dict__.get("__setattr__")))
+                cls.__setattr__ = _counting(cls.__setattr__)
         _users += 1
 
 
@@ -72,6 +96,7 @@ def _uninstall() -> None:
                 else:
                     setattr(cls, method, own)
             _saved.clear()
+            forget_writes()
 
 
 class Interception:

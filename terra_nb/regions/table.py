@@ -20,13 +20,14 @@ from tensorflow.python.framework import ops as tf_ops
 from .. import capture
 from ..capture import hooks
 from ..capture.placeholder import Placeholder
-from .effects import EffectProbe, objects_of, side_outputs
+from .effects import EffectProbe, objects_of, side_outputs, writes_to
 from .recording import Recording, RecordingTee
 from .region import DECLINED, Region
 from .summary import RegionRow, RegionSummary
 
 REFUSE_AFTER = 3  # traced calls in a row with an effect
 MAX_PENDING = 256
+MAX_SPECS = 16  # guard keys per object and method: beyond, a Python value changes every call
 _TENSORS = (tf_ops.EagerTensor, Placeholder)
 _SCALARS = (bool, int, float, str, type(None))
 
@@ -36,7 +37,8 @@ class Unguardable(Exception):
 
 
 def _specs(value, out: list, tensors: list) -> None:
-    """Guard key of one argument, appended to ``out``; lists and tuples recursively."""
+    """Guard key of one argument, appended to ``out``; lists, tuples and dicts recursively (a
+    tensor held in a container keyed by identity would be baked in by value)."""
     t = type(value)
     if t in _TENSORS:
         out.append((value.dtype, value._shape_tuple()))
@@ -44,6 +46,10 @@ def _specs(value, out: list, tensors: list) -> None:
     elif t is list or t is tuple:
         out.append(len(value))
         for v in value:
+            _specs(v, out, tensors)
+    elif t is dict:
+        out.append(tuple(value))
+        for v in value.values():
             _specs(v, out, tensors)
     elif t in _SCALARS:
         out.append((t, value))
@@ -90,12 +96,14 @@ class Regions:
         self.pending: dict[tuple, Recording] = {}
         self.rows: dict[tuple, RegionRow] = {}
         self.formed_for: dict[tuple, int] = {}  # (object id, method) -> regions formed
+        self.specs_for: dict[tuple, int] = {}  # (object id, method) -> rows (guard keys)
         self.epoch = 0  # variables created in the loop's thread
         self.changed = False  # a call was traced on its way to a region, or one formed
 
-    def state(self, layers: list) -> tuple:
-        """Trainable flags of the object's layers; the variable count."""
-        return tuple([la.trainable for la in layers]), self.epoch
+    def state(self, layers: list, objs: list = ()) -> tuple:
+        """Trainable flags of the object's layers; the variable count; the attribute assignments
+        to ``objs`` (the object and its sublayers)."""
+        return tuple([la.trainable for la in layers]), self.epoch, writes_to(objs)
 
     def summary(self) -> RegionSummary:
         return RegionSummary(tuple(r.frozen() for r in self.rows.values()))
@@ -112,7 +120,7 @@ class Regions:
             return fn(*args, **kwargs)
         region = self.table.get(key)
         if region is not None:
-            if region.obj is obj and region.state == self.state(region.layers):
+            if region.obj is obj and region.state == self.state(region.layers, region.objs):
                 if region.branches_hold(tensors):
                     result = region.run(tensors)
                     if result is not DECLINED:
@@ -126,7 +134,8 @@ class Regions:
                     return fn(*args, **kwargs)
                 self.rows[key].miss("a branch decided in Python went the other way")
             else:
-                self.rows[key].miss("a variable was created or a trainable flag changed")
+                self.rows[key].miss("a variable was created, an attribute set or a trainable "
+                                    "flag changed")
             del self.table[key]
         elif self.formed_for.get((id(obj), method)):
             self._row(key, obj, method).misses += 1  # new specs for an object with regions
@@ -144,6 +153,16 @@ class Regions:
     def _row(self, key: tuple, obj, method: str) -> RegionRow:
         row = self.rows.get(key)
         if row is None:
+            ident = (id(obj), method)
+            self.specs_for[ident] = specs = self.specs_for.get(ident, 0) + 1
+            if specs > MAX_SPECS:  # one row for the rest, refused: they run op by op
+                row = self.rows.get(("many", *ident))
+                if row is None:
+                    row = self.rows[("many", *ident)] = RegionRow(
+                        f"{type(obj).__name__}.{method}", user_line())
+                    self._refuse_for_good(row, f"more than {MAX_SPECS} argument specs (a Python "
+                                               f"argument that changes every call?)")
+                return row
             row = self.rows[key] = RegionRow(f"{type(obj).__name__}.{method}", user_line())
         return row
 
@@ -198,7 +217,8 @@ class Regions:
         if not region.guarded_branches:
             row.refuse("value read: a branch decided after the call changed a variable")
             return
-        region.layers, region.state = layers, self.state(layers)
+        region.objs = objects_of(obj)
+        region.layers, region.state = layers, self.state(layers, region.objs)
         self.table[key] = region
         ident = (id(obj), key[1])
         self.formed_for[ident] = self.formed_for.get(ident, 0) + 1
@@ -212,6 +232,8 @@ def _numpy_as_tensors(value):
         return tf_ops.convert_to_tensor(value)
     if type(value) is list or type(value) is tuple:
         return type(value)(_numpy_as_tensors(v) for v in value)
+    if type(value) is dict:
+        return {k: _numpy_as_tensors(v) for k, v in value.items()}
     return value
 
 

@@ -33,10 +33,14 @@ LOSS = "SparseCategoricalCrossentropy.__call__"
 
 
 def assert_python_skipped(terra, calls, eager_calls, name: str, dense_layers: int) -> None:
-    """Dense.call ran in the traced model calls, never in the hits."""
+    """Dense.call ran in the traced model calls, never in the hits; co-executed, the regions'
+    functions ran as graph work (calls in compiled segments)."""
     row = formed(terra, name)
     skipped = eager_calls["Dense.call"] - calls["Dense.call"]
     assert skipped == dense_layers * row.hits, (calls, eager_calls, str(terra.regions))
+    if terra.mode in ("coexec", "lazy"):
+        listing = "\n".join(map(str, terra.programs))
+        assert listing.count("__inference_") >= 3, listing  # F of model, loss, optimizer; B
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -194,7 +198,9 @@ def test_calls_outside_iterations_and_other_threads_pass_through():
     (row,) = rows(terra, "Sequential.__call__")
     assert row.hits == 2  # formed from the loop's first two calls only
     assert keras.Layer.__call__.__name__ == "__call__"
-    assert not hasattr(keras.Layer.__call__, "__terra_region_original__")  # unwrapped
+    for cls in (keras.Layer, keras.losses.Loss, keras.optimizers.Optimizer):  # unwrapped
+        for method in ("__call__", "apply_gradients", "__setattr__"):
+            assert not hasattr(getattr(cls, method, None), "__terra_region_original__")
 
 
 def test_options_and_summary():
@@ -288,3 +294,67 @@ def test_a_call_regions_cannot_compile_is_refused():
     terra, _, _ = compare(program, EAGER)
     (row,) = rows(terra, "Sequential.__call__")
     assert row.state == "refused" and "cannot compile the call" in row.reason, str(terra.regions)
+
+
+class Scale(keras.layers.Layer):
+    def call(self, x, s):
+        return x * s
+
+
+def test_a_python_argument_new_every_call_is_refused():
+    """A Python number is part of the guard: new every call, the call never forms a region (and
+    the regions' table stays small: the specs beyond 16 share one refused row)."""
+
+    def program(loop):
+        model, scale = sequential(), Scale()
+        out = []
+        for i, (x, _) in enumerate(loop(data(24))):
+            out.append(float(tf.reduce_sum(model(x, training=False))))
+            out.append(float(tf.reduce_sum(scale(x, s=0.5 + i))))
+        return out, state_of(model)
+
+    terra, _, _ = compare(program, EAGER)
+    assert formed(terra, "Sequential.__call__").hits >= 10
+    scale_rows = rows(terra, "Scale.__call__")
+    assert len(scale_rows) == 17 and not any(r.state == "formed" for r in scale_rows)
+    assert "more than 16 argument specs" in scale_rows[-1].reason
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_attribute_set_by_the_user_is_a_guard_miss(mode):
+    """``dropout.rate = 0.6`` between steps: the region's constant is stale; the call runs its
+    Python again and forms a new region."""
+
+    def program(loop):
+        model = sequential("dropout")
+        lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        out = []
+        for i, (x, y) in enumerate(loop(data(24))):
+            if i == 10:
+                model.layers[1].rate = 0.6
+                lossf.reduction = "sum"
+            out.append(float(lossf(y, model(x, training=True))))
+        return out, state_of(model)
+
+    terra, _, _ = compare(program, OPTIONS[mode], at_least=0.3)
+    for name in ("Sequential.__call__", LOSS):
+        (row,) = rows(terra, name)
+        assert row.misses >= 1 and row.state == "formed" and row.hits >= 10, str(terra.regions)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dict_inputs_are_guarded_tensor_by_tensor(mode):
+    """A Functional model on a dict of inputs, the same dict object refilled every step: its
+    tensors are arguments of the region, not constants baked in."""
+
+    def program(loop):
+        a, b = keras.Input((8,), name="a"), keras.Input((8,), name="b")
+        model = keras.Model({"a": a, "b": b}, CountingDense(4)(keras.layers.Add()([a, b])))
+        feed, out = {}, []
+        for x, _ in loop(data(12)):
+            feed["a"], feed["b"] = x, x * 2.0
+            out.append(float(tf.reduce_sum(model(feed, training=False))))
+        return out, state_of(model)
+
+    terra, _, _ = compare(program, OPTIONS[mode])
+    assert formed(terra, "Functional.__call__").hits >= 5
