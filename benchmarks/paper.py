@@ -1,7 +1,8 @@
 """The paper's ten programs in every mode: throughput, correctness, breakdown, tables and plots.
 
-    python benchmarks/paper.py [--quick] [--only NAME[,NAME]] [--json PATH] [--plots DIR] [--regions]
+    python benchmarks/paper.py [--quick] [--only NAME[,NAME]] [--json PATH] [--plots DIR]
                                [--warmup W] [--iterations N] [--repeats R] [--timeout S]
+                               [--regions]
 
 For every program (``benchmarks/programs``), one child process (``paper_measure.py``) runs the
 modes eager, function (``tf.function`` of the step), lazy (``Terra(mode="lazy")``), coexec

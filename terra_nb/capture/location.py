@@ -26,7 +26,8 @@ _LIBRARY_DIRS = tuple(
             for key in ("stdlib", "platstdlib", "purelib", "platlib")
             if (p := sysconfig.get_paths().get(key))
         }
-        | {os.path.dirname(os.path.realpath(__file__)) + os.sep}
+        # the whole terra_nb package: a region's function call is located at the user's line
+        | {os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep}
     )
 )
 
