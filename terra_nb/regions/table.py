@@ -16,6 +16,7 @@ import sys
 import numpy as np
 from tensorflow.python.framework import op_def_registry
 from tensorflow.python.framework import ops as tf_ops
+from tensorflow.python.framework.indexed_slices import IndexedSlices
 
 from .. import capture
 from ..capture import hooks
@@ -53,6 +54,10 @@ def _specs(value, out: list, tensors: list) -> None:
             _specs(v, out, tensors)
     elif t in _SCALARS:
         out.append((t, value))
+    elif t is IndexedSlices:  # a sparse gradient (an embedding's): its three tensors
+        out.append(t)
+        for part in (value.values, value.indices, value.dense_shape):
+            _specs(part, out, tensors)
     elif isinstance(value, np.ndarray | np.generic):
         raise Unguardable("a numpy argument (its values would be baked in)")
     else:

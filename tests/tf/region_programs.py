@@ -75,12 +75,20 @@ def functional() -> keras.Model:
     return keras.Model(x, CountingDense(4)(h))
 
 
+def embedding() -> keras.Model:
+    """Token ids -> Embedding -> mean -> Dense: the embedding's gradient is IndexedSlices."""
+    L = keras.layers  # noqa: N806
+    return keras.Sequential([keras.Input((8,), dtype="int64"), L.Embedding(50, 8),
+                             L.GlobalAveragePooling1D(), CountingDense(4)])
+
+
 def effect_model(*effects: str) -> keras.Model:
     return keras.Sequential([CountingDense(8), *(EffectLayer(e) for e in effects)])
 
 
 MODELS = {"sequential": sequential, "functional": functional, "subclassed": Subclassed,
-          "bn": lambda: sequential("bn"), "dropout": lambda: sequential("dropout")}
+          "bn": lambda: sequential("bn"), "dropout": lambda: sequential("dropout"),
+          "embedding": embedding}
 OPTIMIZERS = {
     "adam": lambda: keras.optimizers.Adam(1e-2),
     "sgd-momentum": lambda: keras.optimizers.SGD(1e-2, momentum=0.9),
@@ -97,6 +105,13 @@ def data(steps: int, batch: int = 16, seed: int = 1, sizes: dict | None = None) 
         out.append((tf.constant(rs.rand(n, 8).astype("float32")),
                     tf.constant(rs.randint(0, 4, n).astype("int64"))))
     return out
+
+
+def token_data(steps: int, batch: int = 16, seed: int = 1) -> list:
+    """``steps`` batches of token ids (int64[batch, 8] below 50) and labels."""
+    rs = np.random.RandomState(seed)
+    return [(tf.constant(rs.randint(0, 50, (batch, 8)).astype("int64")),
+             tf.constant(rs.randint(0, 4, batch).astype("int64"))) for _ in range(steps)]
 
 
 def state_of(*objects) -> list[np.ndarray]:

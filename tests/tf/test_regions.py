@@ -23,6 +23,7 @@ from region_programs import (
     rows,
     sequential,
     state_of,
+    token_data,
     training,
 )
 
@@ -90,6 +91,15 @@ def test_batchnorm_and_dropout_bit_identical_after_30_steps(model, mode):
     terra, calls, eager_calls = compare(training(model, steps=30), OPTIONS[mode], at_least=0.6)
     assert_python_skipped(terra, calls, eager_calls, "Sequential.__call__", 2)
     assert formed(terra, "Adam.apply_gradients").hits >= 20
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_embedding_gradient_of_indexed_slices_stays_sparse(mode):
+    # B returns the embedding's IndexedSlices gradient as three tensors on the wire
+    program = training("embedding", batches=token_data(16))
+    terra, calls, eager_calls = compare(program, OPTIONS[mode])
+    assert_python_skipped(terra, calls, eager_calls, "Sequential.__call__", 1)
+    assert formed(terra, "Adam.apply_gradients").hits >= 8
 
 
 def effect_program(*effects: str, steps: int = 8):
