@@ -201,6 +201,8 @@ class CoexecEngine:
         if self.eager:  # eager ops wait for the graph to finish first (the barrier)
             return contextlib.nullcontext()
         coexec = self.ready and not self.gave_up
+        if not coexec:  # its ops run eagerly: the graph first finishes what it was given
+            self.runner.sync()
         program = self._program() if coexec and self.whole else None
         plan = None if program is None else lambda: self._whole_program().begin(program, iteration)
         self.runner.begin(root_frame, iteration, coexec=coexec, plan=plan)
