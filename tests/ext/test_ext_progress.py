@@ -72,10 +72,12 @@ def test_quiet_cell_shows_no_progress(ip):
 
 def test_interrupt_stops_the_loop_cleanly(ip):
     """A real Ctrl-C (SIGINT to the main thread) while the loop runs."""
-    setup = "import tensorflow as tf\nv = tf.Variable(0.0)\ncount = 0"
+    setup = "import time, tensorflow as tf\nv = tf.Variable(0.0)\ncount = 0\nt0 = time.time()"
     assert ip.run_cell(setup).success
     threads = threading.active_count()
-    cell = "%%terra --quiet\nwhile True:\n    v.assign_add(1.0)\n    count += 1\n"
+    # a lost Ctrl-C ends the loop after 60 s (the test then fails instead of hanging)
+    cell = ("%%terra --quiet\nwhile time.time() - t0 < 60:\n    v.assign_add(1.0)\n"
+            "    count += 1\n")
     timer = threading.Timer(0.5, _interrupt_main)
     timer.start()
     started = time.perf_counter()

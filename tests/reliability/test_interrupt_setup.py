@@ -42,3 +42,26 @@ def test_ctrl_c_while_the_engine_is_set_up_leaves_nothing_behind(monkeypatch):
             v.assign_add(1.0)
     assert [s.phase for s in terra.stats][-2:] == ["coexec", "coexec"]
     assert float(v) == 5.0 and not graph_threads()
+
+
+def test_a_ctrl_c_that_lands_in_a_finaliser_still_stops_the_loop():
+    """Python only reports a KeyboardInterrupt raised inside ``__del__``; a real Ctrl-C landing
+    there (here: raised there) must still stop a ``while True`` loop at its next safe point."""
+
+    class ObjectWhoseFinaliserIsInterrupted:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)
+
+    v = tf.Variable(0.0)
+    iterations = 0
+    with pytest.raises(KeyboardInterrupt), Terra() as terra:
+        while True:
+            with terra.step():
+                iterations += 1
+                v.assign_add(1.0)
+                if iterations == 5:
+                    ObjectWhoseFinaliserIsInterrupted()  # dropped at once: __del__ runs
+                assert iterations < 50, "the Ctrl-C was lost"
+    assert iterations in (5, 6)
+    assert not graph_threads()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
