@@ -64,7 +64,9 @@ class DeferredInterrupts:
     def _forward(self, signum, frame) -> None:
         previous = self._previous
         self._raised = True
-        if callable(previous):
+        # another loop's handler left in place (its loop cut short) would hold the Ctrl-C back
+        if callable(previous) and not isinstance(getattr(previous, "__self__", None),
+                                                 DeferredInterrupts):
             previous(signum, frame)
         elif previous != signal.SIG_IGN:
             raise KeyboardInterrupt

@@ -65,3 +65,27 @@ def test_a_ctrl_c_that_lands_in_a_finaliser_still_stops_the_loop():
     assert iterations in (5, 6)
     assert not graph_threads()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_handler_left_by_another_loop_does_not_hold_the_ctrl_c_back():
+    """Another loop's deferring handler, left installed mid-step (its loop cut short), must not
+    swallow the Ctrl-C of the loop running now."""
+    from terra_nb.coexec.interrupts import DeferredInterrupts
+
+    stale = DeferredInterrupts()
+    stale.install()
+    stale.enter()  # never left
+    try:
+        iterations = 0
+        with pytest.raises(KeyboardInterrupt), Terra() as terra:
+            while True:
+                with terra.step():
+                    iterations += 1
+                    tf.constant(1.0) + 1.0
+                    if iterations == 5:
+                        signal.raise_signal(signal.SIGINT)
+                    assert iterations < 50, "the Ctrl-C was lost"
+        assert iterations == 5
+    finally:
+        stale.uninstall()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
