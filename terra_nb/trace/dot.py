@@ -133,11 +133,14 @@ class Listing:
 @dataclass(frozen=True)
 class DotItem:
     """What stands for one TraceGraph node in a drawing: the DOT node ``name`` with ``attrs``;
-    with ``cluster``, a loop drawn open: subgraph ``name`` (``attrs`` its own) holding its body."""
+    with ``cluster``, a loop drawn open: subgraph ``name`` (``attrs`` its own) holding its body,
+    and ``inner`` nodes ``(name, attrs)`` that stand for no TraceGraph node (an open region's
+    op types)."""
 
     name: str
     attrs: dict[str, str]
     cluster: bool = False
+    inner: tuple[tuple[str, dict[str, str]], ...] = ()
 
 
 def plain_item(g: TraceGraph, n: TraceNode) -> DotItem:
@@ -213,6 +216,8 @@ def _add_region(dot: graphviz.Digraph, g: TraceGraph, parent: int, style: DotSty
             with dot.subgraph(name=item.name) as sub:
                 sub.attr("graph", **item.attrs)
                 _add_region(sub, g, n.id, style)
+                for name, attrs in item.inner:
+                    sub.node(name, **attrs)
         else:
             dot.node(item.name, **item.attrs)
 
