@@ -135,12 +135,13 @@ class DotItem:
     """What stands for one TraceGraph node in a drawing: the DOT node ``name`` with ``attrs``;
     with ``cluster``, a loop drawn open: subgraph ``name`` (``attrs`` its own) holding its body,
     and ``inner`` nodes ``(name, attrs)`` that stand for no TraceGraph node (an open region's
-    op types)."""
+    op types); each of ``rows`` names inner nodes kept on one rank, left to right."""
 
     name: str
     attrs: dict[str, str]
     cluster: bool = False
     inner: tuple[tuple[str, dict[str, str]], ...] = ()
+    rows: tuple[tuple[str, ...], ...] = ()
 
 
 def plain_item(g: TraceGraph, n: TraceNode) -> DotItem:
@@ -218,6 +219,11 @@ def _add_region(dot: graphviz.Digraph, g: TraceGraph, parent: int, style: DotSty
                 _add_region(sub, g, n.id, style)
                 for name, attrs in item.inner:
                     sub.node(name, **attrs)
+                for row in item.rows:
+                    with sub.subgraph() as same:
+                        same.attr(rank="same")
+                        for a, b in zip(row, row[1:]):
+                            same.edge(a, b, style="invis")
         else:
             dot.node(item.name, **item.attrs)
 

@@ -137,7 +137,8 @@ class _ViewItems:
         extra = self.marks.get(el.key, [])
         if el.kind == "region":
             item = region_item(g, n, el.key, n.id in self.plan.open_regions, extra)
-            return DotItem(item.name, {**item.attrs, **_baked(extra)}, item.cluster, item.inner)
+            return DotItem(item.name, {**item.attrs, **_baked(extra)}, item.cluster, item.inner,
+                           item.rows)
         if el.kind == "node" and n.kind == "loop":
             return DotItem(f"cluster_{n.id}", _cluster_attrs(n, extra), cluster=True)
         if el.kind == "chain":

@@ -1,8 +1,9 @@
 """How the graph view draws a region call node (one call of a region's compiled function, named
 by the TraceGraph's ``region_calls``): collapsed, one box ``[+] model(x): Sequential · 9 ops``;
 open, a cluster ``cluster_r<id>`` holding the op types the region runs (``r<id>_<k>``), in
-columns of ``COLUMN`` read top to bottom, left to right. Edges to an open region enter its first
-op and leave its last. Pure functions of the graph and the view plan.
+columns of ``COLUMN`` read top to bottom, left to right (the column heads share a rank, in
+order). Edges to an open region enter its first op and leave its last. Pure functions of the
+graph and the view plan.
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ def region_item(g: TraceGraph, n: TraceNode, key: str, opened: bool, marks: list
         "fillcolor": "#ffffff", "color": border, "fontsize": "9", "height": "0.22",
         "tooltip": dot_label(f"{k}: {op} (in {call.label})"), "class": "terra-region-op",
     }) for k, op in enumerate(call.ops or ("(no ops)",)))
-    return DotItem(f"cluster_{key}", attrs, cluster=True, inner=inner)
+    heads = tuple(name for k, (name, _) in enumerate(inner) if k % COLUMN == 0)
+    return DotItem(f"cluster_{key}", attrs, cluster=True, inner=inner,
+                   rows=(heads,) if len(heads) > 1 else ())
 
 
 def region_ports(g: TraceGraph, plan: ViewPlan) -> dict[str, tuple[str, str]]:
@@ -80,7 +83,7 @@ def region_edges(g: TraceGraph, plan: ViewPlan) -> list[tuple[str, str, dict[str
         for k in range(1, count):
             attrs = {"color": color, "arrowsize": "0.4", "class": "terra-region-edge",
                      "id": f"e_{key}_{k}"}
-            if k % COLUMN == 0:
-                attrs.update(constraint="false", style="dotted")
+            if k % COLUMN == 0:  # faint: it only says where reading goes on
+                attrs.update(constraint="false", style="dotted", color=color + "80")
             out.append((f"{key}_{k - 1}", f"{key}_{k}", attrs))
     return out

@@ -2,6 +2,7 @@
 object and size; open, a cluster of the op types the region runs. No TensorFlow here."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from view_fixtures import BWD, FWD, by_id, classes, make_region_graph, parse_svg
@@ -10,6 +11,7 @@ from terra_nb.views.fallback_layout import fallback_svg
 from terra_nb.views.graph_dot import marks_for, view_dot
 from terra_nb.views.graph_model import plan_view
 from terra_nb.views.graph_picture import draw_graph, graph_payload
+from terra_nb.views.graph_regions import COLUMN
 
 needs_dot = pytest.mark.usefixtures("needs_dot")
 
@@ -46,6 +48,18 @@ def test_toggled_region_opens_to_its_op_types():
     assert "r2_0 -> r2_1" in dot and "r2_1 -> r2_2" in dot
     assert "n0 -> r2_0" in dot and "r2_2 -> n3" in dot  # entered at the first op, left at last
     assert 'id=e_r2_n3' in dot or 'id="e_r2_n3"' in dot  # the view edge keeps element keys
+
+
+def test_a_long_region_opens_in_columns_read_left_to_right():
+    g = make_region_graph()
+    ops = tuple(f"Op{k}" for k in range(2 * COLUMN + 3))
+    g = replace(g, region_calls=(replace(g.region_calls[0], ops=ops), g.region_calls[1]))
+    dot = view_dot(g, plan_view(g, toggled=["r2"]))
+    assert f"r2_{COLUMN - 1} -> r2_{COLUMN} [" in dot and "constraint=false" in dot
+    assert "rank=same" in dot
+    assert f"r2_0 -> r2_{COLUMN} [style=invis]" in dot
+    assert f"r2_{COLUMN} -> r2_{2 * COLUMN} [style=invis]" in dot
+    assert f"r2_{len(ops) - 1} -> n3" in dot
 
 
 def test_payload_carries_the_region_table():
