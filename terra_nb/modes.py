@@ -38,6 +38,8 @@ class Learned:
     # variable key -> handle, seen in tracing; weak: a Learned kept across notebook cells must
     # not keep the variables of models the user has dropped
     handles: weakref.WeakValueDictionary = field(default_factory=weakref.WeakValueDictionary)
+    # region function op type -> RegionCall (plain data): how the graph names a region's node
+    region_calls: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.builder.loop_location = self.locations.loop_text

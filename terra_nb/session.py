@@ -128,6 +128,7 @@ class Terra:
         self._iteration: ExitStack | None = None
         self._t_start = 0.0
         self.last_path: tuple[int, ...] = ()  # TraceGraph nodes of the last iteration
+        self._named_graph: tuple | None = None  # (builder's graph, calls known, named graph)
 
     # -- context ----------------------------------------------------------------------------
 
@@ -284,8 +285,20 @@ class Terra:
 
     @property
     def graph(self) -> TraceGraph:
-        """The TraceGraph of the iterations traced so far."""
-        return self.learned.builder.finish()
+        """The TraceGraph of the iterations traced so far; with regions, its ``region_calls``
+        name the region function nodes (the same object while nothing changed)."""
+        g = self.learned.builder.finish()
+        calls = self.learned.region_calls
+        if self._interception is not None:
+            calls.update(self._interception.regions.region_calls())
+        if not calls:
+            return g
+        cached = self._named_graph
+        if cached is None or cached[0] is not g or cached[1] != len(calls):
+            present = {n.op_type for n in g.nodes}
+            named = tuple(c for op, c in sorted(calls.items()) if op in present)
+            self._named_graph = cached = (g, len(calls), replace(g, region_calls=named))
+        return cached[2]
 
     @property
     def programs(self) -> tuple:

@@ -19,6 +19,7 @@ from tensorflow.python.eager import context, execute, record
 from .. import capture
 from ..capture.functions import register
 from ..coexec.lower import Segment, Wire, compile_segment
+from ..trace.tracegraph import RegionCall
 from .backward import build_backward, trainable_dtype
 from .branches import guard_segment
 from .recording import Recording
@@ -26,6 +27,7 @@ from .recording import Recording
 _CONFIG: list[bytes] = []
 DECLINED = object()  # Region.run: the call must run its Python (higher-order gradients)
 _HIGHER_ORDER = 2  # TFE_Py_TapeSetPossibleGradientTypes: more than one tape, or a forward one
+_PLUMBING = frozenset({"Const", "Identity", "NoOp"})  # left out of a function's op types
 
 
 def _config() -> bytes:
@@ -55,7 +57,16 @@ class FastCall:
         self.caps = list(cf.captured_inputs)
         self.n_out = len(fn.cached_definition.signature.output_arg)
         self.attrs = ("executor_type", "", "config_proto", _config())
+        self._op_types: tuple[str, ...] | None = None
         register(fn)  # its static output specs: in co-execution the call is graph work
+
+    def op_types(self) -> tuple[str, ...]:
+        """The op types of the function's body, in its order; constants and identities (its
+        outputs' plumbing) left out."""
+        if self._op_types is None:
+            body = self.cf._inference_function.cached_definition.node_def
+            self._op_types = tuple(n.op for n in body if n.op not in _PLUMBING)
+        return self._op_types
 
     def __call__(self, *args) -> list:
         return execute.execute(self.name, self.n_out, [*args, *self.caps], self.attrs,
@@ -171,6 +182,22 @@ class Region:
         leaves = [next(it) if isinstance(w, Wire) and w.kind == "op" else
                   args[w.index] if isinstance(w, Wire) else w for w in self.rec.out_wires]
         return tf.nest.pack_sequence_as(self.rec.out_struct, leaves)
+
+    def calls(self, source: str, call: str) -> list[RegionCall]:
+        """Its compiled functions as the TraceGraph sees them: one op each, typed by its name
+        (F, F with the values B reads, B, the branch guard)."""
+        recorded = tuple(op.op_type for op in self.rec.ops)
+
+        def entry(fn: FastCall, kind: str, ops: tuple[str, ...]) -> RegionCall:
+            return RegionCall(fn.name, self.name, kind, source, call, ops)
+
+        out = [entry(self.forward, "forward", recorded)]
+        for forward, backward, _, _ in self.backwards.values():
+            out += [entry(forward, "forward", recorded),
+                    entry(backward, "backward", backward.op_types())]
+        if self.branch_guard is not None:
+            out.append(entry(self.branch_guard, "guard", self.branch_guard.op_types()))
+        return out
 
     @property
     def n_ops(self) -> int:

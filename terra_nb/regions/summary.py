@@ -16,6 +16,7 @@ class RegionRow:
 
     name: str  # e.g. Sequential.__call__
     source: str  # file:line  source text
+    call: str = ""  # the call expression on that line (model(x)), or ""
     state: str = "tracing"
     reason: str = ""
     ops: int = 0

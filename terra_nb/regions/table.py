@@ -21,6 +21,7 @@ from tensorflow.python.framework.indexed_slices import IndexedSlices
 from .. import capture
 from ..capture import hooks
 from ..capture.placeholder import Placeholder
+from ..trace.tracegraph import RegionCall
 from .effects import EffectProbe, objects_of, side_outputs, writes_to
 from .recording import Recording, RecordingTee
 from .region import DECLINED, Region
@@ -74,18 +75,32 @@ def guard_key(obj, method: str, args: tuple, kwargs: dict) -> tuple[tuple, list]
     return tuple(out), tensors
 
 
-def user_line() -> str:
-    """The innermost caller outside terra-nb, Keras and TensorFlow: ``file:line  source``."""
+def user_line() -> tuple[str, str]:
+    """The innermost caller outside terra-nb, Keras and TensorFlow: ``file:line  source``, and
+    the call expression it is running there (``model(x)``, from the code's positions), or ""."""
     import linecache
 
     frame = sys._getframe(1)
     while frame is not None:
         file = frame.f_code.co_filename
         if not any(part in file for part in _LIBRARY_PATHS):
-            line = linecache.getline(file, frame.f_lineno).strip()
-            return f"{os.path.basename(file)}:{frame.f_lineno}  {line}"
+            text = linecache.getline(file, frame.f_lineno)
+            source = f"{os.path.basename(file)}:{frame.f_lineno}  {text.strip()}"
+            return source, _call_text(frame, text)
         frame = frame.f_back
-    return "?"
+    return "?", ""
+
+
+def _call_text(frame, text: str) -> str:
+    """The source of the call ``frame`` is in, when it sits on one line (columns are UTF-8)."""
+    positions = list(frame.f_code.co_positions())
+    at = frame.f_lasti // 2
+    if at >= len(positions):
+        return ""
+    line, end_line, col, end_col = positions[at]
+    if line != frame.f_lineno or end_line != line or col is None or end_col is None:
+        return ""
+    return text.encode()[col:end_col].decode(errors="replace")
 
 
 _LIBRARY_PATHS = (os.sep + "keras" + os.sep, os.sep + "tensorflow" + os.sep,
@@ -104,6 +119,7 @@ class Regions:
         self.specs_for: dict[tuple, int] = {}  # (object id, method) -> rows (guard keys)
         self.epoch = 0  # variables created in the loop's thread
         self.changed = False  # a call was traced on its way to a region, or one formed
+        self.dropped: dict[str, RegionCall] = {}  # the functions of regions no longer formed
 
     def state(self, layers: list, objs: list = ()) -> tuple:
         """Trainable flags of the object's layers; the variable count; the attribute assignments
@@ -112,6 +128,19 @@ class Regions:
 
     def summary(self) -> RegionSummary:
         return RegionSummary(tuple(r.frozen() for r in self.rows.values()))
+
+    def region_calls(self) -> dict[str, RegionCall]:
+        """Every compiled function of the regions formed so far, by op type (its name)."""
+        calls = dict(self.dropped)
+        for key, region in self.table.items():
+            row = self.rows[key]
+            calls.update((c.op_type, c) for c in region.calls(row.source, row.call))
+        return calls
+
+    def _drop(self, key: tuple) -> None:
+        """The region of ``key`` is no longer answered; its functions stay named."""
+        region, row = self.table.pop(key), self.rows[key]
+        self.dropped.update((c.op_type, c) for c in region.calls(row.source, row.call))
 
     def call(self, obj, method: str, fn, args: tuple, kwargs: dict):
         """Answer ``fn(*args, **kwargs)`` (``obj.method``): a hit, or a traced call."""
@@ -132,7 +161,7 @@ class Regions:
                         self.rows[key].hits += 1
                         return result
                     if region.broken is not None:
-                        del self.table[key]
+                        self._drop(key)
                         self._refuse_for_good(self.rows[key], region.broken)
                     else:
                         self.rows[key].misses += 1  # nested tapes: its Python runs untraced
@@ -141,7 +170,7 @@ class Regions:
             else:
                 self.rows[key].miss("a variable was created, an attribute set or a trainable "
                                     "flag changed")
-            del self.table[key]
+            self._drop(key)
         elif self.formed_for.get((id(obj), method)):
             self._row(key, obj, method).misses += 1  # new specs for an object with regions
         row = self._row(key, obj, method)
@@ -164,11 +193,11 @@ class Regions:
                 row = self.rows.get(("many", *ident))
                 if row is None:
                     row = self.rows[("many", *ident)] = RegionRow(
-                        f"{type(obj).__name__}.{method}", user_line())
+                        f"{type(obj).__name__}.{method}", *user_line())
                     self._refuse_for_good(row, f"more than {MAX_SPECS} argument specs (a Python "
                                                f"argument that changes every call?)")
                 return row
-            row = self.rows[key] = RegionRow(f"{type(obj).__name__}.{method}", user_line())
+            row = self.rows[key] = RegionRow(f"{type(obj).__name__}.{method}", *user_line())
         return row
 
     def _trace(self, key, row: RegionRow, obj, fn, args, kwargs, tensors):

@@ -79,7 +79,7 @@ def to_text(g: TraceGraph, listing: Listing | None = None) -> str:
                 outs = ",".join(str(s) for s in n.outputs) or "()"
                 fetch = " fetch" if n.fetches else ""
                 lines.append(
-                    f"{indent}{names[n.id]}:{outs} = {n.op_type} {_inputs_text(n, names)}"
+                    f"{indent}{names[n.id]}:{outs} = {op_text(g, n)} {_inputs_text(n, names)}"
                     f"  @{where(n.location)}{fetch}{tail}"
                 )
                 text = listing.sources.get(n.location, "").strip() if listing else ""
@@ -91,7 +91,7 @@ def to_text(g: TraceGraph, listing: Listing | None = None) -> str:
 
     walk(-1, "  ")
     if listing:
-        lines.append(LEGEND)
+        lines.append(LEGEND + (REGION_LEGEND if g.region_calls else ""))
     return "\n".join(lines)
 
 
@@ -100,6 +100,14 @@ LEGEND = (
     " var:NAME a variable\n  {a|b} inputs seen on different paths · prev%n the previous loop"
     " trip's value · case k:%n the k-th branch of a branch point · # the source line"
 )
+REGION_LEGEND = "\n  region[...] a call of a region's compiled function (terra.regions lists them)"
+
+
+def op_text(g: TraceGraph, n: TraceNode) -> str:
+    """An op node's name in a listing: its op type, or for a region's function call
+    ``region[model(x): Sequential · 9 ops]`` instead of the function's generated name."""
+    call = g.region_call(n)
+    return f"region[{call.label}]" if call is not None else n.op_type
 
 
 @dataclass(frozen=True)
@@ -125,11 +133,15 @@ class Listing:
 @dataclass(frozen=True)
 class DotItem:
     """What stands for one TraceGraph node in a drawing: the DOT node ``name`` with ``attrs``;
-    with ``cluster``, a loop drawn open: subgraph ``name`` (``attrs`` its own) holding its body."""
+    with ``cluster``, a loop drawn open: subgraph ``name`` (``attrs`` its own) holding its body,
+    and ``inner`` nodes ``(name, attrs)`` that stand for no TraceGraph node (an open region's
+    op types); each of ``rows`` names inner nodes kept on one rank, left to right."""
 
     name: str
     attrs: dict[str, str]
     cluster: bool = False
+    inner: tuple[tuple[str, dict[str, str]], ...] = ()
+    rows: tuple[tuple[str, ...], ...] = ()
 
 
 def plain_item(g: TraceGraph, n: TraceNode) -> DotItem:
@@ -140,7 +152,7 @@ def plain_item(g: TraceGraph, n: TraceNode) -> DotItem:
         return DotItem(f"cluster_{n.id}", attrs, cluster=True)
     classes = [f"terra-{n.kind}"]
     if n.kind == "op":
-        title = ("▶ " if n.feeds else "") + n.op_type + (" ▶" if n.fetches else "")
+        title = ("▶ " if n.feeds else "") + op_text(g, n) + (" ▶" if n.fetches else "")
         label = dot_label(title, n.location) if n.location else dot_label(title)
         shape, style = "box", "rounded,bold" if n.fetches else "rounded"
         if n.feeds:
@@ -205,6 +217,13 @@ def _add_region(dot: graphviz.Digraph, g: TraceGraph, parent: int, style: DotSty
             with dot.subgraph(name=item.name) as sub:
                 sub.attr("graph", **item.attrs)
                 _add_region(sub, g, n.id, style)
+                for name, attrs in item.inner:
+                    sub.node(name, **attrs)
+                for row in item.rows:
+                    with sub.subgraph() as same:
+                        same.attr(rank="same")
+                        for a, b in zip(row, row[1:]):
+                            same.edge(a, b, style="invis")
         else:
             dot.node(item.name, **item.attrs)
 

@@ -20,6 +20,8 @@ from ..errors import GraphError
 from .records import Source, TensorSpec
 
 NODE_KINDS = ("start", "end", "op", "loop")
+REGION_KINDS = ("forward", "backward", "guard")
+CALL_CHARS = 16  # a longer call expression is labelled by its callee: loss_fn(…)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +52,52 @@ class TraceNode:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class RegionCall:
+    """A region's compiled function (DESIGN 5b), called as ONE op whose type is its name
+    (``op_type``, e.g. ``__inference_region_Sequential_call_forward_12``). ``name``: the call it
+    answers (``Sequential.__call__``); ``kind``: forward, backward (on the gradient tape) or guard
+    (its branch check); ``source``: the user's ``file:line  text``; ``call``: the call expression
+    there (``model(x)``), or ""; ``ops``: the op types it runs (forward: recorded when the call
+    ran eagerly; backward and guard: its function's ops, constants and identities left out)."""
+
+    op_type: str
+    name: str
+    kind: str
+    source: str = ""
+    call: str = ""
+    ops: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """What a person reads: ``model(x): Sequential · 9 ops``, ``∇ Sequential · 6 ops``,
+        ``Adam.apply_gradients · 120 ops``, ``guard Sequential · 3 ops``."""
+        cls, _, method = self.name.partition(".")
+        if self.kind == "backward":
+            head = f"∇ {cls}"
+        elif self.kind == "guard":
+            head = f"guard {cls}"
+        elif method != "__call__":
+            head = self.name
+        else:
+            call = self.call
+            if len(call) > CALL_CHARS and "(" in call:
+                call = call[:call.index("(")] + "(…)"
+            head = f"{call}: {cls}" if call else cls
+        return f"{head} · {len(self.ops)} op{'s' * (len(self.ops) != 1)}"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "source": self.source, "call": self.call,
+                "ops": list(self.ops), "label": self.label}
+
+
 @dataclass(frozen=True)  # no slots: the adjacency maps below are cached on the instance
 class TraceGraph:
     """Nodes (indexed by id) and edges ``(src, dst)``. Node 0 is start, node 1 is end."""
 
     nodes: tuple[TraceNode, ...]
     edges: tuple[tuple[int, int], ...]
+    region_calls: tuple[RegionCall, ...] = ()  # the region function ops among the nodes
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -89,6 +131,14 @@ class TraceGraph:
         """Nodes where different paths join again."""
         return tuple(n.id for n in self.nodes if len(self._pred[n.id]) > 1)
 
+    @cached_property
+    def _calls(self) -> dict[str, RegionCall]:
+        return {c.op_type: c for c in self.region_calls}
+
+    def region_call(self, n: TraceNode) -> RegionCall | None:
+        """The region function node ``n`` calls, or None (an ordinary op, or a node)."""
+        return self._calls.get(n.op_type) if n.kind == "op" else None
+
     def nodes_of(self, kind: str) -> tuple[TraceNode, ...]:
         return tuple(n for n in self.nodes if n.kind == kind)
 
@@ -119,6 +169,7 @@ class TraceGraph:
                 "nodes": [_node_json(n) for n in self.nodes],
                 "edges": [list(e) for e in self.edges],
                 "branch_points": list(self.branch_points),
+                "region_calls": {c.op_type: c.to_dict() for c in self.region_calls},
             }
         )
 
@@ -128,6 +179,10 @@ class TraceGraph:
         return cls(
             nodes=tuple(_node_from_json(d) for d in data["nodes"]),
             edges=tuple((a, b) for a, b in data["edges"]),
+            region_calls=tuple(
+                RegionCall(op, d["name"], d["kind"], d["source"], d["call"], tuple(d["ops"]))
+                for op, d in data.get("region_calls", {}).items()
+            ),
         )
 
     def to_dot(self) -> str:
@@ -214,6 +269,9 @@ def check_graph(g: TraceGraph) -> None:
             raise GraphError(f"edge {a}->{b} names a node that does not exist")
         if g.nodes[a].parent != g.nodes[b].parent:
             raise GraphError(f"edge {a}->{b} crosses a loop boundary")
+    for c in g.region_calls:
+        if c.kind not in REGION_KINDS:
+            raise GraphError(f"region call {c.op_type} has unknown kind {c.kind!r}")
     for n in g.nodes:
         _check_region_ends(g, n)
     for n in g.nodes_of("loop"):

@@ -14,6 +14,9 @@ from html import escape
 from ..trace.dot import endpoint, loop_text
 from ..trace.tracegraph import TraceGraph
 from .graph_model import ViewPlan
+from .graph_regions import COLORS, region_title
+
+REGION_LINES = 40  # op types listed in an open region's box
 
 NODE_H, GAP_X, GAP_Y, PAD, CHAR_W = 34, 18, 26, 14, 6.2
 
@@ -166,6 +169,8 @@ def _leaf_box(g: TraceGraph, plan: ViewPlan, key: str, marks) -> _Box:
     elif el.kind == "loop":
         lines = [loop_text(first)]
         cls = ["terra-loop"]
+    elif el.kind == "region":
+        return _region_box(g, plan, key, marks)
     else:
         lines = [first.op_type or first.kind] if first.kind == "op" else [first.kind[0].upper()]
         cls = [f"terra-{first.kind}"] + (["terra-feed"] if first.feeds else [])
@@ -183,4 +188,27 @@ def _leaf_box(g: TraceGraph, plan: ViewPlan, key: str, marks) -> _Box:
     return _Box(w, NODE_H, [
         f'<g id="{key}" class="{cls}"><rect width="{w:.1f}" height="{NODE_H}" rx="6" '
         f'fill="#f8f9fa" stroke="#495057"/>{texts}</g>'
+    ])
+
+
+def _region_box(g: TraceGraph, plan: ViewPlan, key: str, marks) -> _Box:
+    """A region call: its caption and location; open, its op types listed below them."""
+    n = g.nodes[plan.elements[key].members[0]]
+    call, opened = g.region_call(n), n.id in plan.open_regions
+    lines = [region_title(call, n, opened), n.location]
+    if opened:
+        lines += list(call.ops[:REGION_LINES])
+        lines += [f"… {len(call.ops) - REGION_LINES} more"] if len(call.ops) > REGION_LINES else []
+    w, h = max(len(s) for s in lines) * CHAR_W + 16, max(NODE_H, 10 + 12 * len(lines))
+    fill, border = COLORS.get(call.kind, COLORS["guard"])
+    cls = " ".join(["node", "terra-op", "terra-region", f"terra-region-{call.kind}",
+                    *([] if opened else ["terra-collapsed"]), *marks.get(key, [])])
+    texts = "".join(
+        f'<text x="{w / 2:.1f}" y="{14 + 12 * i}" text-anchor="middle" font-size="10">'
+        f"{escape(s)}</text>"
+        for i, s in enumerate(lines)
+    )
+    return _Box(w, h, [
+        f'<g id="{"cluster_" * opened}{key}" class="{cls}"><rect width="{w:.1f}" '
+        f'height="{h}" rx="6" fill="{fill}" stroke="{border}"/>{texts}</g>'
     ])

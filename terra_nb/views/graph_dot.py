@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ..trace.dot import DotItem, DotStyle, dot_label, loop_text, to_dot
 from ..trace.tracegraph import TraceGraph, TraceNode
 from .graph_model import Element, ViewEdge, ViewPlan
+from .graph_regions import region_edges, region_item, region_ports
 
 CASE_COLORS = ("#1c7ed6", "#e8590c", "#2f9e44", "#ae3ec9", "#f08c00", "#0c8599")
 INSTALL_HINT = "install Graphviz (apt-get install graphviz / conda install graphviz)"
@@ -28,6 +29,10 @@ LEGEND = (
     "purple box: a Python loop inside the iteration (trips: the trip counts seen)",
     "orange: the last iteration's path · yellow: nodes new since the previous picture",
 )
+
+
+REGION_LEGEND = ("green/blue box [+]: one call of a region's forward/backward function "
+                 "(open: the op types it runs)")
 
 
 class LayoutUnavailable(RuntimeError):
@@ -130,6 +135,10 @@ class _ViewItems:
         if el is None or el.members[0] != n.id:
             return None  # drawn by the chain it belongs to
         extra = self.marks.get(el.key, [])
+        if el.kind == "region":
+            item = region_item(g, n, el.key, n.id in self.plan.open_regions, extra)
+            return DotItem(item.name, {**item.attrs, **_baked(extra)}, item.cluster, item.inner,
+                           item.rows)
         if el.kind == "node" and n.kind == "loop":
             return DotItem(f"cluster_{n.id}", _cluster_attrs(n, extra), cluster=True)
         if el.kind == "chain":
@@ -154,10 +163,12 @@ def view_dot(
     classes in the browser instead); with ``legend`` the marks are explained under the graph (a
     static picture has no legend box)."""
     marks = marks_for(plan, current, new)
-    caption = {"label": dot_label(*LEGEND), "labeljust": "l", "labelloc": "b"} if legend else {}
+    ports = region_ports(g, plan)
+    lines = LEGEND + ((REGION_LEGEND,) if g.region_calls else ())
+    caption = {"label": dot_label(*lines), "labeljust": "l", "labelloc": "b"} if legend else {}
     style = DotStyle(
         item=_ViewItems(plan, marks),
-        edges=lambda _g: [_edge(e, marks) for e in plan.edges],
+        edges=lambda _g: [_edge(e, marks, ports) for e in plan.edges] + region_edges(g, plan),
         graph={"rankdir": "TB", "nodesep": "0.25", "ranksep": "0.3", "fontname": "Helvetica",
                "fontsize": "10", **caption},
         node={"fontname": "Helvetica", "fontsize": "10", "height": "0.3"},
@@ -180,7 +191,9 @@ def marks_for(
     return marks
 
 
-def _edge(e: ViewEdge, marks: dict[str, list[str]]) -> tuple[str, str, dict[str, str]]:
+def _edge(e: ViewEdge, marks: dict[str, list[str]],
+          ports: dict[str, tuple[str, str]]) -> tuple[str, str, dict[str, str]]:
+    """The DOT edge of ``e`` (an open region is entered at its first op, left at its last)."""
     classes = ["terra-edge"]
     attrs: dict[str, str] = {}
     if e.case >= 0:
@@ -192,7 +205,7 @@ def _edge(e: ViewEdge, marks: dict[str, list[str]]) -> tuple[str, str, dict[str,
         classes.append("terra-current")
         attrs.update(color="#e8590c", penwidth="2.2")
     attrs.update(id=f"e_{e.src}_{e.dst}", **{"class": " ".join(classes)})
-    return e.src, e.dst, attrs
+    return ports.get(e.src, ("", e.src))[1], ports.get(e.dst, (e.dst, ""))[0], attrs
 
 
 def dot_available() -> bool:

@@ -4,7 +4,10 @@ collapsed loops, with the edges and branch cases between them. Pure functions of
 A *chain* is a run of at least ``min_chain`` ops on one source line, each with exactly one
 predecessor and one successor and no fetch (fetches stay visible: Python stalls there). A loop
 node is collapsed into one box by default when its body holds more than ``LOOP_AUTO`` nodes.
-``toggled`` holds element keys (``c<id>``, ``l<id>``) whose default state the user flipped.
+A *region* node (one call of a region's compiled function, named by the graph's
+``region_calls``) is its own element, collapsed by default; open, it shows the op types the
+region runs (``region_ops``). ``toggled`` holds element keys (``c<id>``, ``l<id>``, ``r<id>``)
+whose default state the user flipped.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ LOOP_AUTO = 30
 @dataclass(frozen=True, slots=True)
 class Element:
     """One drawn item. ``key`` is its SVG id: ``n<id>`` a node, ``c<id>`` a chain starting at
-    node ``<id>``, ``l<id>`` a collapsed loop node (standing for its whole body)."""
+    node ``<id>``, ``l<id>`` a collapsed loop node (standing for its whole body), ``r<id>`` a
+    region call node (``cluster_r<id>`` when open)."""
 
     key: str
-    kind: str  # node | chain | loop
+    kind: str  # node | chain | loop | region
     members: tuple[int, ...]
 
 
@@ -46,6 +50,7 @@ class ViewPlan:
     edges: tuple[ViewEdge, ...]
     groups: dict[str, dict]
     collapsed_loops: frozenset[int]
+    open_regions: frozenset[int] = frozenset()
 
 
 def as_graph(graph: TraceGraph | str | dict) -> TraceGraph:
@@ -93,6 +98,7 @@ def plan_view(
         members = (lid, *inside[lid])
         elements[f"l{lid}"] = Element(f"l{lid}", "loop", members)
         key_of.update({m: f"l{lid}" for m in members})
+    open_regions = _regions(g, toggled, key_of, elements, groups)
     for chain in linear_chains(g, min_chain):
         if any(m in key_of for m in chain):
             continue
@@ -107,7 +113,31 @@ def plan_view(
             key_of[n.id] = f"n{n.id}"
             elements[f"n{n.id}"] = Element(f"n{n.id}", "node", (n.id,))
     edges = _edges(g, key_of)
-    return ViewPlan(elements, key_of, edges, groups, collapsed)
+    return ViewPlan(elements, key_of, edges, groups, collapsed, open_regions)
+
+
+def _regions(g: TraceGraph, toggled: set[str], key_of: dict[int, str],
+             elements: dict[str, Element], groups: dict[str, dict]) -> frozenset[int]:
+    """Region call nodes (outside collapsed loops) as ``r<id>`` elements, collapsed unless
+    toggled; the ids of the open ones."""
+    opened = set()
+    for n in g.nodes:
+        if n.id in key_of or g.region_call(n) is None:
+            continue
+        key = f"r{n.id}"
+        shut = key not in toggled
+        groups[key] = {"kind": "region", "members": [n.id], "collapsed": shut}
+        elements[key] = Element(key, "region", (n.id,))
+        key_of[n.id] = key
+        if not shut:
+            opened.add(n.id)
+    return frozenset(opened)
+
+
+def region_ops(g: TraceGraph, node_id: int) -> tuple[str, ...]:
+    """The op types the region call at ``node_id`` runs (what an open region shows)."""
+    call = g.region_call(g.nodes[node_id])
+    return call.ops if call is not None else ()
 
 
 def _default_loop(policy: bool | str, body_size: int) -> bool:
@@ -131,6 +161,7 @@ def _outermost(g: TraceGraph, collapsed: frozenset[int]) -> list[int]:
 def _chainable(g: TraceGraph, n: TraceNode) -> bool:
     return (
         n.kind == "op"
+        and g.region_call(n) is None
         and not n.fetches
         and len(g.predecessors(n.id)) == 1
         and len(g.successors(n.id)) == 1

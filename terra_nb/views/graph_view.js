@@ -5,8 +5,10 @@
 /**
  * @typedef {Object} GraphTraits
  * @property {string} svg             the laid-out SVG (Graphviz, or the built-in layout)
- * @property {string} graph_json      TraceGraph JSON plus `elements` (SVG id -> node ids),
- *                                    `groups` (collapsible chains/loops), `source_lines`
+ * @property {string} graph_json      TraceGraph JSON (its `region_calls`: function op type ->
+ *                                    name, kind, label, source, ops) plus `elements` (SVG id ->
+ *                                    node ids), `groups` (collapsible chains, loops, regions),
+ *                                    `source_lines`
  * @property {number[]} current       node ids on the current iteration's path
  * @property {number[]} new_nodes     node ids added since the previous layout
  * @property {string[]} toggled       group keys whose collapsed state the user flipped
@@ -51,6 +53,7 @@ function parseData(text) {
   data.elements = data.elements || {};
   data.groups = data.groups || {};
   data.source_lines = data.source_lines || {};
+  data.region_calls = data.region_calls || {};
   data.keyOf = new Map();
   for (const [key, members] of Object.entries(data.elements)) {
     for (const id of members) data.keyOf.set(id, key);
@@ -80,6 +83,25 @@ function nodeDetails(data, n) {
     rows([...inputs, ...outputs]) + (attrs.length ? "<b>attributes</b>" + rows(attrs) : "");
 }
 
+const REGION_KINDS = { forward: "forward function", backward: "backward function, on the tape", guard: "branch guard" };
+
+function regionDetails(data, n) {
+  const call = data.region_calls[n.op_type];
+  const line = data.source_lines[n.location];
+  return `<h4>${esc(call.label)}</h4>` +
+    `<div class="terra-muted">${esc(call.name)} · ${esc(REGION_KINDS[call.kind] || call.kind)} · node #${n.id} · ` +
+    `<code>${esc(where(data, n.location))}</code></div>` +
+    (line ? `<div class="terra-source">${esc(line.trim())}</div>` : "") +
+    `<div class="terra-muted" title="the compiled function, called as one op">one op: <code>${esc(n.op_type)}</code> · traced ${n.hits}×</div>` +
+    `<b>${call.ops.length} op types it runs</b>` + rows(call.ops.map((op, k) => [String(k), esc(op)]));
+}
+
+function regionKey(key) {
+  // `r5` (collapsed), `cluster_r5` (open), `r5_3` (its op type 3) -> `r5`
+  const m = /^(?:cluster_)?r(\d+)(?:_\d+)?$/.exec(key);
+  return m ? "r" + m[1] : "";
+}
+
 function groupOf(data, key, nodeId) {
   if (data.groups[key]) return key;
   for (const [gkey, group] of Object.entries(data.groups)) {
@@ -89,6 +111,7 @@ function groupOf(data, key, nodeId) {
 }
 
 function describe(data, key) {
+  key = regionKey(key) || key;
   if (key.startsWith("cluster_")) key = "n" + key.slice(8);
   const members = data.elements[key] || [];
   const first = data.nodes[members[0]];
@@ -98,6 +121,8 @@ function describe(data, key) {
     html = `<h4>${members.length} ops on one line</h4><div class="terra-muted"><code>${esc(where(data, first.location))}</code></div>` +
       (data.source_lines[first.location] ? `<div class="terra-source">${esc(data.source_lines[first.location].trim())}</div>` : "") +
       rows(members.map((m) => [`#${m}`, esc(data.nodes[m].op_type), esc(data.nodes[m].outputs.map(specText).join(", "))]));
+  } else if (key[0] === "r" && data.region_calls[first.op_type]) {
+    html = regionDetails(data, first);
   } else if (first.kind === "loop") {
     const inside = (data.groups["l" + first.id] || { members: [] }).members;
     html = `<h4>loop @${esc(where(data, first.location))}</h4><div>trip counts: <b>${esc(first.trip_counts.join(", "))}</b></div>` +
@@ -128,6 +153,7 @@ export function mountGraph(model, el) {
   const legend = h("div", "terra-legend");
   legend.innerHTML = "▶ op: feed input · op ▶: fetched · hexagon: branch point (edges <i>case k</i>) · " +
     "dashed: ops on one line (double-click to expand) · purple: loop · " +
+    "green/blue [+]: a region's compiled call (double-click for its ops) · " +
     '<i style="color:#e8590c">orange</i>: current iteration · <i style="background:#ffec99">yellow</i>: new';
   root.append(bar, message, body, legend);
   el.append(root);
@@ -190,7 +216,8 @@ export function mountGraph(model, el) {
   function elementFor(key) {
     if (!svg || !key) return null;
     return svg.querySelector(`[id="${key}"]`) ||
-      (key[0] === "n" ? svg.querySelector(`[id="cluster_${key.slice(1)}"]`) : null);
+      (key[0] === "n" ? svg.querySelector(`[id="cluster_${key.slice(1)}"]`) : null) ||
+      (key[0] === "r" ? svg.querySelector(`[id="cluster_${key}"]`) : null);
   }
   function mark() {
     if (!svg) return;
@@ -215,7 +242,9 @@ export function mountGraph(model, el) {
     const keys = new Set();
     for (const n of data.nodes) {
       const line = data.source_lines[n.location] || "";
-      if ((n.op_type || "").toLowerCase().includes(q) || line.toLowerCase().includes(q)) {
+      const call = data.region_calls[n.op_type];
+      const named = call ? `${call.label} ${call.name}`.toLowerCase() : "";
+      if ((n.op_type || "").toLowerCase().includes(q) || line.toLowerCase().includes(q) || named.includes(q)) {
         keys.add(data.keyOf.get(n.id));
       }
     }
@@ -241,7 +270,9 @@ export function mountGraph(model, el) {
     details.dataset.key = key;
     if (!group) return;
     const collapsed = data.groups[group].collapsed;
-    const btn = h("button", "terra-btn terra-toggle", collapsed ? "Expand" : "Collapse " + data.groups[group].kind);
+    const kind = data.groups[group].kind;
+    const btn = h("button", "terra-btn terra-toggle",
+      collapsed ? (kind === "region" ? "Expand: show its ops" : "Expand") : "Collapse " + kind);
     btn.addEventListener("click", () => toggle(group));
     details.prepend(btn);
   }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 from pathlib import Path
@@ -101,6 +102,20 @@ def test_live_views():
     assert shows_view(book, graph, "loops")
     assert re.search(r"[1-9]\d* loops, [1-9]\d* branch points", book.text(graph))
     assert book.nb.metadata["widgets"]  # nbclient stores the widgets' state
+    _regions_in_live_views(book)
+
+
+def _regions_in_live_views(book) -> None:
+    """The regions cell: a Keras MLP with Adam under --regions; its graph view's exported data
+    names the model's region node (the view draws it collapsed, labelled by call and object)."""
+    regions = book.text(book.cell("%%terra --regions"))
+    assert re.search(r"terra\[coexec\]: 30 iterations in .* phase coexec", regions)
+    assert shows_view(book, book.code[-1], "TraceGraph view")
+    state = book.nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    labels = [c["label"] for model in state.values() if "graph_json" in model["state"]
+              for c in json.loads(model["state"]["graph_json"]).get("region_calls", {}).values()]
+    assert "mlp(x[-1]): Sequential · 9 ops" in labels
+    assert any(label.startswith("∇ Sequential · ") for label in labels)
 
 
 def test_quickstart():

@@ -83,3 +83,26 @@ def by_id(root: ET.Element) -> dict[str, ET.Element]:
 
 def classes(el: ET.Element) -> set[str]:
     return set((el.get("class") or "").split())
+
+
+FWD = "__inference_region_Sequential_call_forward_12"
+BWD = "__inference_region_Sequential_call_backward_20"
+
+
+def make_region_graph() -> TraceGraph:
+    """start -> F of model(x) (3 recorded ops) -> Mean -> Sum -> B (2 ops) -> end: a region's
+    forward and backward calls between two ordinary ops on one line."""
+    from terra_nb.trace.tracegraph import RegionCall
+
+    source = "m.py:3  loss = tf.reduce_sum(tf.reduce_mean(model(x)))"
+    calls = (RegionCall(FWD, "Sequential.__call__", "forward", source, "model(x)",
+                        ("ReadVariableOp", "MatMul", "Relu")),
+             RegionCall(BWD, "Sequential.__call__", "backward", source, "model(x)",
+                        ("ReluGrad", "MatMul")))
+    nodes = (TraceNode(0, "start"), TraceNode(1, "end"),
+             op(2, FWD, "m.py:3", sources=[[Source("feed", -1, 0, "tensor")]]),
+             op(3, "Mean", "m.py:3"), op(4, "Sum", "m.py:3", outputs=(S,)),
+             op(5, BWD, "m.py:4"))
+    g = TraceGraph(nodes, ((0, 2), (2, 3), (3, 4), (4, 5), (5, 1)), calls)
+    check_graph(g)
+    return g
