@@ -178,16 +178,22 @@ def _leaf_box(g: TraceGraph, plan: ViewPlan, key: str, marks) -> _Box:
         cls += ["terra-branch"] if first.id in g.branch_points else []
     if first.kind == "op" or el.kind != "node":
         lines.append(first.location)
-    w = max(len(s) for s in lines) * CHAR_W + 16
     cls = " ".join(["node", *cls, *marks.get(key, [])])
+    return _text_box(key, cls, lines, NODE_H, ("#f8f9fa", "#495057"))
+
+
+def _text_box(key: str, cls: str, lines: list[str], h: float, colors: tuple[str, str]) -> _Box:
+    """A rounded box with ``lines`` of centred text, as wide as the longest."""
+    w = max(len(s) for s in lines) * CHAR_W + 16
     texts = "".join(
         f'<text x="{w / 2:.1f}" y="{14 + 12 * i}" text-anchor="middle" font-size="10">'
         f"{escape(s)}</text>"
         for i, s in enumerate(lines)
     )
-    return _Box(w, NODE_H, [
-        f'<g id="{key}" class="{cls}"><rect width="{w:.1f}" height="{NODE_H}" rx="6" '
-        f'fill="#f8f9fa" stroke="#495057"/>{texts}</g>'
+    fill, stroke = colors
+    return _Box(w, h, [
+        f'<g id="{key}" class="{cls}"><rect width="{w:.1f}" height="{h}" rx="6" '
+        f'fill="{fill}" stroke="{stroke}"/>{texts}</g>'
     ])
 
 
@@ -199,16 +205,7 @@ def _region_box(g: TraceGraph, plan: ViewPlan, key: str, marks) -> _Box:
     if opened:
         lines += list(call.ops[:REGION_LINES])
         lines += [f"… {len(call.ops) - REGION_LINES} more"] if len(call.ops) > REGION_LINES else []
-    w, h = max(len(s) for s in lines) * CHAR_W + 16, max(NODE_H, 10 + 12 * len(lines))
-    fill, border = COLORS.get(call.kind, COLORS["guard"])
     cls = " ".join(["node", "terra-op", "terra-region", f"terra-region-{call.kind}",
                     *([] if opened else ["terra-collapsed"]), *marks.get(key, [])])
-    texts = "".join(
-        f'<text x="{w / 2:.1f}" y="{14 + 12 * i}" text-anchor="middle" font-size="10">'
-        f"{escape(s)}</text>"
-        for i, s in enumerate(lines)
-    )
-    return _Box(w, h, [
-        f'<g id="{"cluster_" * opened}{key}" class="{cls}"><rect width="{w:.1f}" '
-        f'height="{h}" rx="6" fill="{fill}" stroke="{border}"/>{texts}</g>'
-    ])
+    return _text_box("cluster_" * opened + key, cls, lines, max(NODE_H, 10 + 12 * len(lines)),
+                     COLORS.get(call.kind, COLORS["guard"]))
