@@ -4,6 +4,8 @@ region; the loop keeps tracing while regions form, right after co-executed itera
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -11,16 +13,28 @@ import numpy as np
 import pytest
 
 pytest.importorskip("tensorflow")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from programs import load  # noqa: E402
-from programs.common import step, weights  # noqa: E402
 
 from terra_nb import Terra  # noqa: E402
 
+PROGRAMS = Path(__file__).resolve().parents[2] / "benchmarks" / "programs"
+
+
+def paper_programs():
+    """``benchmarks/programs`` as the package ``paper_programs``: imported as ``programs`` it
+    would shadow ``tests/tf/programs.py``, the corpus the TF tests import by that name."""
+    if "paper_programs" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "paper_programs", PROGRAMS / "__init__.py",
+            submodule_search_locations=[str(PROGRAMS)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["paper_programs"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["paper_programs"], importlib.import_module("paper_programs.common")
+
 
 def run(name: str, n: int, options: dict | None):
-    program = load(name)
+    programs, common = paper_programs()
+    program, step, weights = programs.load(name), common.step, common.weights
     state = program.make(0)
     if options is None:
         for i in range(n):
