@@ -1,13 +1,18 @@
 import os
+import signal
+import sys
+import threading
+
+import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
-import signal  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-
-import pytest  # noqa: E402
+# A process started in the background by a non-interactive shell (``cmd &``, nohup) ignores
+# SIGINT, and Python then leaves it ignored: Ctrl-C would do nothing, so every interrupt test
+# would fail. The tests run with Python's usual handler, however pytest was started.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
