@@ -117,7 +117,9 @@ def _converted(x) -> bool:
     return not isinstance(x, np.generic)
 
 
-def _outside_iteration(op_name) -> None:
+def wait_at_barrier(op_name) -> None:
+    """What an eager op run outside any sink does first (a tee with no sink behind it calls it
+    too): wait at this thread's barrier, if one is set."""
     barrier = getattr(_local, "barrier", None)
     if barrier is not None:
         barrier(op_name)
@@ -129,11 +131,6 @@ def current_sink() -> OpSink | None:
     return getattr(_local, "sink", None)
 
 
-def wait_at_barrier(op_name) -> None:
-    """What an eager op run outside any sink does first (a tee with no sink behind it calls it)."""
-    _outside_iteration(op_name)
-
-
 def set_barrier(barrier) -> None:
     """Call ``barrier(op_name)`` before every eager op this thread runs outside an iteration (the
     co-execution engine waits there for the graph, so eager code sees every confirmed update)."""
@@ -143,7 +140,7 @@ def set_barrier(barrier) -> None:
 def _fast_path_execute(ctx, op_name, name, *args):
     sink = getattr(_local, "sink", None)
     if sink is None:
-        _outside_iteration(op_name)
+        wait_at_barrier(op_name)
         if _holds:
             args = real_values(args)
         return _originals["fast"](ctx, op_name, name, *args)
@@ -168,7 +165,7 @@ def _quick_execute(op_name, num_outputs, inputs, attrs, ctx, name=None):
     sink = getattr(_local, "sink", None)
     slow = _originals["slow"]
     if sink is None:
-        _outside_iteration(op_name)
+        wait_at_barrier(op_name)
         return slow(
             op_name, num_outputs, real_values(inputs) if _holds else inputs, attrs, ctx, name
         )

@@ -106,7 +106,7 @@ class TraceRecorder:
                 )
             )
             inputs, attrs = split_call(op_type, args, raw_attrs)
-            outputs = _flatten(outputs)
+            outputs = flatten(outputs)
             attrs = complete_attrs(op_type, attrs, inputs, outputs)
             dtypes = input_dtypes(op_type, dict(attrs), len(inputs))
             location = self.locations.locations[loc]
@@ -166,11 +166,12 @@ def _fields(op: TraceOp) -> dict:
     return {name: getattr(op, name) for name in op.__slots__}
 
 
-def _flatten(value) -> list:
+def flatten(value) -> list:
+    """The leaves of a hook call's (nested) list of inputs or outputs; None is no leaf."""
     if value is None:
         return []
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _flatten(v)]
+        return [t for v in value for t in flatten(v)]
     return [value]
 
 

@@ -55,10 +55,9 @@ class OpInfo:
         if op_def is None:  # a function call (only ever seen on the slow path), or unknown
             fdef = function_def(op_type)
             self.known = self.function = fdef is not None
-            self.shape_like, self.structure, self.stateful = (), "list", True
-            self.n_inputs = len(fdef.signature.input_arg) if fdef is not None else -1
-            if fdef is not None:
-                self.stateful = fdef.signature.is_stateful
+            self.shape_like, self.structure = (), "list"
+            self.n_inputs = len(fdef.signature.input_arg) if self.function else -1
+            self.stateful = fdef.signature.is_stateful if self.function else True
             return
         self.known = True
         self.n_inputs = len(op_def.input_arg)

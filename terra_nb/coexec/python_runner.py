@@ -226,8 +226,7 @@ class PythonRunner:
         return self._answer(run, entry, op_name, args, attrs, flat, loc)
 
     def _run_for_real(self, run, op_name, args, attrs, loc: int):
-        """Run an op whose real outputs Python must see (a stateful op without a variable, output
-        shapes that depend on input values), once the graph has caught up."""
+        """Run an op whose real outputs Python must see, once the graph has caught up."""
         self._catch_up("an op Python must run for real", op_type_of(op_name), loc)
         return self._trace_op(run, op_name, args, attrs, loc)
 
@@ -321,7 +320,8 @@ class PythonRunner:
         self.lane.feeds += fed  # after the call: a flush inside it counts feeds too
         self.path.append(node)
         self.log.record(op_name, light_args(args), attrs, [TensorRef(o) for o in outs], loc)
-        if record.could_possibly_record() and not op_info(entry.op_type).function:  # caller tapes
+        # a function call (slow path: attrs given) is taped by its caller, as in eager
+        if record.could_possibly_record() and not (attrs and op_info(entry.op_type).function):
             execute.record_gradient(entry.op_type, tape_inputs(flat, entry), entry.flat_attrs, outs)
         return shaped_outputs(entry, outs)
 

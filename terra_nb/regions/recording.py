@@ -22,19 +22,12 @@ from .. import capture
 from ..capture import hooks
 from ..capture.attrs import complete_attrs, input_dtypes, split_call
 from ..capture.placeholder import Placeholder
+from ..capture.recorder import flatten
 from ..capture.signature import op_type_of
+from ..coexec.call_args import SHAPE_OPS
 from ..coexec.lower import SegmentOp, Wire
 
-SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "VarIsInitializedOp"})
-
-
-def flat_list(value) -> list:
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple)):
-        return [t for x in value for t in flat_list(x)]
-    return [value]
 
 
 class RecordingTee:
@@ -74,7 +67,7 @@ class RecordingTee:
 
     def _record(self, op_name, args, attrs, outputs) -> None:
         if not self.placeholders:
-            flat = flat_list(outputs) + flat_list(list(args))
+            flat = flatten(outputs) + flatten(list(args))
             self.placeholders = any(type(t) is Placeholder for t in flat)
         self.raw.append((op_type_of(op_name), args, attrs, outputs,
                          pywrap_tfe.TFE_Py_TapeSetIsStopped()))
@@ -134,7 +127,7 @@ class Recording:
 
     def _add_op(self, p: int, op_type: str, call_args, raw_attrs, outputs) -> None:
         inputs, attrs = split_call(op_type, call_args, raw_attrs)
-        outputs = flat_list(outputs)
+        outputs = flatten(outputs)
         attrs = complete_attrs(op_type, attrs, inputs, outputs)
         wires, from_shapes = [], True  # its value is fixed by the input specs and constants
         for x, dt in zip(inputs, input_dtypes(op_type, dict(attrs), len(inputs))):

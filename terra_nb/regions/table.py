@@ -10,6 +10,7 @@ show an effect ``REFUSE_AFTER`` times in a row is refused: it runs op by op from
 
 from __future__ import annotations
 
+import linecache
 import os
 import sys
 
@@ -20,6 +21,7 @@ from tensorflow.python.framework.indexed_slices import IndexedSlices
 
 from .. import capture
 from ..capture import hooks
+from ..capture.location import is_user_code
 from ..capture.placeholder import Placeholder
 from ..trace.tracegraph import RegionCall
 from .effects import EffectProbe, objects_of, side_outputs, writes_to
@@ -76,14 +78,13 @@ def guard_key(obj, method: str, args: tuple, kwargs: dict) -> tuple[tuple, list]
 
 
 def user_line() -> tuple[str, str]:
-    """The innermost caller outside terra-nb, Keras and TensorFlow: ``file:line  source``, and
-    the call expression it is running there (``model(x)``, from the code's positions), or ""."""
-    import linecache
-
+    """The innermost caller that is user code (``capture.location``: not terra-nb, installed
+    packages or the standard library): ``file:line  source``, and the call expression it is
+    running there (``model(x)``, from the code's positions), or ""."""
     frame = sys._getframe(1)
     while frame is not None:
         file = frame.f_code.co_filename
-        if not any(part in file for part in _LIBRARY_PATHS):
+        if is_user_code(frame.f_code):
             text = linecache.getline(file, frame.f_lineno)
             source = f"{os.path.basename(file)}:{frame.f_lineno}  {text.strip()}"
             return source, _call_text(frame, text)
@@ -101,11 +102,6 @@ def _call_text(frame, text: str) -> str:
     if line != frame.f_lineno or end_line != line or col is None or end_col is None:
         return ""
     return text.encode()[col:end_col].decode(errors="replace")
-
-
-_LIBRARY_PATHS = (os.sep + "keras" + os.sep, os.sep + "tensorflow" + os.sep,
-                  os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
-                  "contextlib.py", "functools.py")
 
 
 class Regions:
