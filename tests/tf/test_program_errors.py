@@ -304,7 +304,7 @@ def flush_after_failed_run(loop):
             v.assign_add(tf.gather(vec, k))  # fails at k == 4 (iteration 4)
             k.assign_add(1)
             if i >= 3:
-                time.sleep(0.3)  # the program fails meanwhile
+                time.sleep(1.0)  # the program fails meanwhile (even on a loaded machine)
             s = w * float(i)  # a fed value
             log.append(float(tf.reduce_sum(s)))  # a read node: issue() flushes the feed
     except tf.errors.InvalidArgumentError as error:
