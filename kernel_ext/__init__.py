@@ -27,9 +27,10 @@ Run a training loop under terra-nb
     ``--mode``: ``coexec`` (the default) traces until an iteration is covered, then
     co-executes; ``lazy`` runs the graph only when Python reads a value (the comparison point);
     ``trace`` runs eagerly and builds the TraceGraph; ``eager`` is the untouched baseline.
-    ``--regions`` answers the loop's outermost Keras calls (a model or layer call, a loss, an
-    optimizer's ``apply_gradients``) with compiled regions once they run the same way twice
-    without Python-visible effects (``--no-regions``, the default, leaves them op by op);
+    ``--regions`` (the default, except with ``--program whole``) answers the loop's outermost
+    Keras calls (a model or layer call, a loss, an optimizer's ``apply_gradients``) with
+    compiled regions once they run the same way twice without Python-visible effects
+    (``--no-regions`` leaves them op by op);
     ``%terra status`` and ``%terra explain`` list the regions formed, hits, misses, refusals.
     ``--viz`` shows the live dashboard of ``terra_nb.views`` (text progress without it).
     ``--quiet`` shows neither progress nor summary. ``%%terra?`` lists the options.

@@ -76,8 +76,9 @@ class TerraMagics(Magics, Configurable):
         help="run the graph as compiled segments, or as one whole program per iteration",
     )
     @ma.argument(
-        "--regions", action=argparse.BooleanOptionalAction, default=False,
-        help="answer outermost Keras calls (models, losses, apply_gradients) with compiled regions",
+        "--regions", action=argparse.BooleanOptionalAction, default=None,
+        help="answer outermost Keras calls (models, losses, apply_gradients) with compiled "
+        "regions (default: on, except with --program whole)",
     )
     @ma.argument("--quiet", action="store_true", help="no progress line, no summary")
     @output_can_be_silenced

@@ -137,8 +137,9 @@ def explanation_of(terra: Any) -> Explanation:
     """The fallbacks of ``terra``'s run, their cells named (``%terra explain``)."""
     explained = terra.explain()
     regions = getattr(explained, "regions", None)
+    shown = regions is not None and regions.enabled and regions.rows
     return Explanation(terra.mode, tuple(map(named_fallback, explained)),
-                       str(regions) if regions is not None and regions.enabled else "")
+                       str(regions) if shown else "")
 
 
 def pretty_fallback(fallback: Any, printer: Any, cycle: bool) -> None:

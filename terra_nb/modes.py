@@ -71,8 +71,10 @@ class EagerEngine:
     def begin(self, root_frame, iteration: int):
         return contextlib.nullcontext()
 
-    def keep_tracing(self) -> None:
-        """Run the next iteration for real (regions are forming from its calls)."""
+    def keep_tracing(self) -> bool:
+        """Run the next iteration for real (regions are forming from its calls); whether it would
+        have co-executed otherwise."""
+        return False
 
     def end(self) -> IterationResult:
         return IterationResult("eager")
@@ -190,10 +192,12 @@ class CoexecEngine:
         finally:
             interrupts.leave()  # raises a Ctrl-C that came meanwhile
 
-    def keep_tracing(self) -> None:
+    def keep_tracing(self) -> bool:
         """Trace the next iteration (regions are forming from its calls, which must run for
-        real); ``end`` decides again from it whether the loop is ready."""
-        self.ready = False
+        real); ``end`` decides again from it whether the loop is ready. Whether it would have
+        co-executed otherwise."""
+        was, self.ready = self.ready and not self.gave_up and not self.eager, False
+        return was
 
     def begin(self, root_frame, iteration: int):
         self._iteration = iteration

@@ -38,7 +38,9 @@ _open = threading.local()  # the Terra whose context is open in this thread
 class IterationStats:
     """What one iteration did. Times are seconds (``perf_counter``); ``None`` = not measured
     (eager mode does not look at ops). ``ended``: completed, stopped (break / exception).
-    Graph times count the GraphRunner's work on this iteration (it may finish after it)."""
+    Graph times count the GraphRunner's work on this iteration (it may finish after it).
+    ``regions_forming``: traced so that regions could form from its calls (or to learn the
+    calls of regions just formed), although the loop could have co-executed."""
 
     iteration: int
     phase: str
@@ -53,6 +55,7 @@ class IterationStats:
     fetches: int | None
     covered: bool | None
     ended: str
+    regions_forming: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +97,7 @@ class Terra:
         program: str = "segments",
         learned: Learned | None = None,
         keep_spans: int = 200,
-        regions: bool = False,
+        regions: bool | None = None,
     ) -> None:
         """``max_fallbacks``: fallbacks within 20 iterations after which co-execution gives up
         and stays in tracing; ``strict``: a fallback after warm-up raises; ``xla``: compile the
@@ -106,9 +109,11 @@ class Terra:
         continue from an earlier Terra on the same code; ``keep_spans``: the runner spans of
         this many last iterations are kept for the timeline (older ones only counted); ``regions``:
         answer outermost Keras calls (models, layers, losses, ``apply_gradients``) with compiled
-        regions (DESIGN section 5b; ``terra.regions`` lists them)."""
+        regions (DESIGN section 5b; ``terra.regions`` lists them); the default, None, is on in
+        the coexec and lazy modes, except with ``program="whole"``, which cannot run them yet."""
         _check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned, regions)
-        self.use_regions = regions
+        self.use_regions = (mode in ("coexec", "lazy") and program != "whole"
+                            if regions is None else regions)
         self._interception: Interception | None = None
         self.mode = mode
         self.max_fallbacks = max_fallbacks
@@ -127,6 +132,7 @@ class Terra:
         self._listeners: list[Callable[[IterationStats], None]] = []
         self._iteration: ExitStack | None = None
         self._t_start = 0.0
+        self._forming = False  # this iteration traces while regions form
         self.last_path: tuple[int, ...] = ()  # TraceGraph nodes of the last iteration
         self._named_graph: tuple | None = None  # (builder's graph, calls known, named graph)
 
@@ -143,7 +149,8 @@ class Terra:
         if self.use_regions:
             self._interception = Interception()
             try:
-                self._interception.open()
+                with self._engine.critical():  # a Ctrl-C never leaves Keras half-wrapped
+                    self._interception.open()
             except BaseException:
                 self._engine.close()
                 raise
@@ -167,13 +174,19 @@ class Terra:
         finally:
             _open.terra = None
             self._state = "closed"
-            if self._interception is not None:
-                self._interception.close()
             try:
-                self._engine.close()  # runs every confirmed op, stops the GraphRunner
-            except Exception:
-                if exc_type is None:  # never hide the user's own exception
-                    raise
+                if self._interception is not None:
+                    with self._engine.critical():  # a Ctrl-C is raised once Keras is restored
+                        self._interception.close()
+            finally:
+                self._close_engine(exc_type)
+
+    def _close_engine(self, exc_type) -> None:
+        try:
+            self._engine.close()  # runs every confirmed op, stops the GraphRunner
+        except Exception:
+            if exc_type is None:  # never hide the user's own exception
+                raise
 
     # -- iterations -------------------------------------------------------------------------
 
@@ -216,8 +229,8 @@ class Terra:
         if self._iteration is not None:
             raise TerraUsageError("a Terra iteration is already running; iterations cannot nest")
         iteration = ExitStack()
-        if self._interception is not None and self._interception.settling():
-            self._engine.keep_tracing()
+        settling = self._interception is not None and self._interception.settling()
+        self._forming = settling and self._engine.keep_tracing()
         iteration.enter_context(self._engine.begin(root_frame, len(self._stats)))
         if self._interception is not None:  # inside the engine's capture: regions tee into it
             iteration.enter_context(self._interception.iteration())
@@ -256,6 +269,7 @@ class Terra:
             python_exec=t_end - self._t_start - stall, python_stall=stall, graph_exec=0.0,
             graph_stall=0.0, ops=result.ops, feeds=result.feeds, fetches=result.fetches,
             covered=result.covered, ended=ended,
+            regions_forming=self._forming and result.phase != "coexec",
         )
         self._stats.append(stats)
         for listener in self._listeners:
@@ -347,7 +361,7 @@ class Terra:
 
 
 def _check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned,
-                   regions=False) -> None:
+                   regions=None) -> None:
     """Raise ``TerraUsageError`` naming the first option of ``Terra(...)`` that is off."""
     if mode not in MODES:
         raise TerraUsageError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -361,8 +375,8 @@ def _check_options(mode, max_fallbacks, compile_after, program, keep_spans, lear
         raise TerraUsageError(f"program='whole' needs mode='coexec', not {mode!r}")
     if learned is not None and not isinstance(learned, Learned):
         raise TerraUsageError("learned= takes the .learned of an earlier Terra")
-    if not isinstance(regions, bool):
-        raise TerraUsageError(f"regions must be True or False, got {regions!r}")
+    if regions is not None and not isinstance(regions, bool):
+        raise TerraUsageError(f"regions must be True, False or None, got {regions!r}")
     if regions and program == "whole":
         raise TerraUsageError(
             "regions=True needs program='segments' for now: the whole program leaves its plan at "

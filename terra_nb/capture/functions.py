@@ -22,6 +22,7 @@ Spec = tuple[str, tuple[int, ...]]
 
 _defs: dict[str, Any] = {}  # name -> FunctionDef (None: not a function)
 _outputs: dict[str, tuple[Spec, ...] | None] = {}  # name -> static output specs (None: not static)
+_confirmed: set[str] = set()  # functions whose calls are known by construction (regions)
 _LEARN_DEPTH = 3  # hook caller -> Context.call_function -> AtomicFunction.call_flat
 
 
@@ -33,10 +34,13 @@ def function_def(op_type: str):
     return _defs[op_type]
 
 
-def register(function) -> None:
+def register(function, confirmed: bool = False) -> None:
     """Record the output specs of an ``AtomicFunction`` (or anything with ``name`` and
-    ``function_type``) that will be called by name."""
+    ``function_type``) that will be called by name. ``confirmed``: made from calls already seen
+    to repeat (a region's functions), so a first call of it does not keep a loop tracing."""
     name = function.name.decode() if isinstance(function.name, bytes) else function.name
+    if confirmed:
+        _confirmed.add(name)
     specs = []
     for spec in function.function_type.flat_outputs:
         shape = getattr(spec, "shape", None)
@@ -61,6 +65,11 @@ def learn(op_type: str, frame) -> None:
             return
         frame = frame.f_back
     _outputs[op_type] = None
+
+
+def confirmed(op_type: str) -> bool:
+    """Whether the function named ``op_type`` was registered as confirmed."""
+    return op_type in _confirmed
 
 
 def static_outputs(op_type: str) -> tuple[Spec, ...] | None:

@@ -19,6 +19,8 @@ import sysconfig
 from dataclasses import dataclass
 from types import CodeType, FrameType
 
+from tensorflow.python.eager import backprop
+
 _LIBRARY_DIRS = tuple(
     sorted(
         {
@@ -30,6 +32,16 @@ _LIBRARY_DIRS = tuple(
         | {os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep}
     )
 )
+
+
+# Functions a C loop calls once per item: the gradient tape calls one per taped op. Two ops
+# issued under one of them are never iterations of a user loop, whatever their frame chains.
+_CALLED_FROM_C_LOOPS: set[CodeType] = {backprop._gradient_function.__code__}
+
+
+def called_from_c_loop(code: CodeType) -> None:
+    """Mark ``code`` as a function a C loop calls (a backward function on the gradient tape)."""
+    _CALLED_FROM_C_LOOPS.add(code)
 
 
 def is_user_code(code: CodeType) -> bool:
@@ -267,6 +279,8 @@ class LocationTable:
             # gradient functions ``tape.gradient`` calls one after another), not a user loop.
             return None
         for j in range(min(k, len(a), len(b)) - 1, -1, -1):
+            if b[j][0] in _CALLED_FROM_C_LOOPS:  # e.g. two region backward calls in a row
+                return None
             around = self._loops_at(b, j)
             if around:
                 return self._site(b, j, around[-1])

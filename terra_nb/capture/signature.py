@@ -20,7 +20,7 @@ from tensorflow.python.framework import dtypes, op_def_registry, ops
 from tensorflow.python.framework.tensor_shape import TensorShape
 
 from ..trace.records import TensorRef, TensorSpec, Trace
-from .functions import function_def
+from .functions import confirmed, function_def
 from .placeholder import Placeholder
 
 _EAGER = ops.EagerTensor
@@ -201,9 +201,11 @@ class SignatureIndex:
     def unknown(self, signatures) -> tuple | None:
         """The first call of a traced iteration (its (signature, fast-path signature) pairs) that
         is not known and has no sibling; None when co-executing that iteration again would answer
-        every op (iterator ops need no answer: they run for real)."""
+        every op (iterator ops need no answer: they run for real; a region's function is known
+        by construction, and this iteration teaches its call)."""
         for sig, fast in signatures:
-            if op_type_of(sig[0]) in ITERATOR_OPS:
+            op_type = op_type_of(sig[0])
+            if op_type in ITERATOR_OPS or confirmed(op_type):
                 continue
             if not self._knows(sig):
                 return sig

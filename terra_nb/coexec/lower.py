@@ -184,13 +184,16 @@ def _inputs(op: SegmentOp, env: list[list], args, handles: dict[int, Any]) -> li
 
 
 def interpretable(segment: Segment) -> bool:
-    """Whether ``run_segment`` can run ``segment`` (no op needs a lowering rule or a function)."""
+    """Whether ``run_segment`` can run ``segment`` (no op needs a lowering rule or takes a
+    function attr; a call of a function by name runs as eager runs it)."""
     return not any(op.op_type in lowering_rules or _has_function_attr(op) for op in segment.ops)
 
 
 def _has_function_attr(op: SegmentOp) -> bool:
     op_def = op_def_registry.get(op.op_type)
-    return op_def is None or any(a.type in ("func", "list(func)") for a in op_def.attr)
+    if op_def is None:
+        return not op_info(op.op_type).function
+    return any(a.type in ("func", "list(func)") for a in op_def.attr)
 
 
 def _on(device: str):
@@ -215,8 +218,12 @@ def run_segment(segment: Segment, args: list, handles: dict[int, Any]) -> list:
 
 @functools.lru_cache(maxsize=4096)
 def eager_attrs(op_type: str, attrs: tuple) -> tuple:
-    """Normalised attrs (see attrs.py) in the flat form eager execution takes."""
-    kinds = {a.name: a.type for a in op_def_registry.get(op_type).attr}
+    """Normalised attrs (see attrs.py) in the flat form eager execution takes (a function call's
+    are its config strings)."""
+    op_def = op_def_registry.get(op_type)
+    if op_def is None:
+        return tuple(x for name, value in attrs for x in (name, string_attr(value)))
+    kinds = {a.name: a.type for a in op_def.attr}
     flat: list = []
     for name, value in attrs:
         kind = kinds.get(name)

@@ -75,14 +75,17 @@ def _wrap(original, method: str):
 def _install() -> None:
     global _users
     with _lock:
-        if _users == 0:
-            for cls, method in _targets():
-                _saved.append((cls, method, cls.__dict__.get(method)))
-                setattr(cls, method, _wrap(getattr(cls, method), method))
-            for cls in _written():
-                _saved.append((cls, "__setattr__", cls.__dict__.get("__setattr__")))
-                cls.__setattr__ = _counting(cls.__setattr__)
         _users += 1
+        if _users == 1:
+            for cls, method in _targets():
+                _patch(cls, method, _wrap(getattr(cls, method), method))
+            for cls in _written():
+                _patch(cls, "__setattr__", _counting(cls.__setattr__))
+
+
+def _patch(cls: type, method: str, wrapper) -> None:
+    _saved.append((cls, method, cls.__dict__.get(method)))  # first: restoring is always safe
+    setattr(cls, method, wrapper)
 
 
 def _uninstall() -> None:
@@ -90,12 +93,12 @@ def _uninstall() -> None:
     with _lock:
         _users -= 1
         if _users == 0:
-            for cls, method, own in reversed(_saved):
-                if own is None:
-                    delattr(cls, method)
-                else:
+            while _saved:
+                cls, method, own = _saved.pop()
+                if own is not None:
                     setattr(cls, method, own)
-            _saved.clear()
+                elif method in cls.__dict__:
+                    delattr(cls, method)
             forget_writes()
 
 

@@ -9,6 +9,7 @@ dtype, shape).
 
 from __future__ import annotations
 
+import functools
 import re
 
 import tensorflow as tf
@@ -18,6 +19,7 @@ from tensorflow.python.eager import context, execute, record
 
 from .. import capture
 from ..capture.functions import register
+from ..capture.location import called_from_c_loop
 from ..coexec.lower import Segment, Wire, compile_segment
 from ..trace.tracegraph import RegionCall
 from .backward import build_backward, trainable_dtype
@@ -58,7 +60,7 @@ class FastCall:
         self.n_out = len(fn.cached_definition.signature.output_arg)
         self.attrs = ("executor_type", "", "config_proto", _config())
         self._op_types: tuple[str, ...] | None = None
-        register(fn)  # its static output specs: in co-execution the call is graph work
+        register(fn, confirmed=True)  # static output specs: in co-execution it is graph work
 
     def op_types(self) -> tuple[str, ...]:
         """The op types of the function's body, in its order; constants and identities (its
@@ -77,6 +79,14 @@ class FastCall:
         gradient of an embedding) is several tensors on the wire."""
         return tf.nest.pack_sequence_as(self.cf.structured_outputs, self(*args),
                                         expand_composites=True)
+
+
+def _gradient(backward: FastCall, saved: list, *out_grads):
+    """A region's op on the gradient tape: B of the saved forward values and the out-grads."""
+    return backward.packed(*saved, *out_grads)
+
+
+called_from_c_loop(_gradient.__code__)  # the tape calls it: B calls in a row are no user loop
 
 
 class Region:
@@ -172,12 +182,8 @@ class Region:
             n = len(self.outs)
             outs = flat[:n]
             saved = list(flat[n:n + n_saved]) + [args[k[1]] for k in used if k[0] == "arg"]
-
-            def gradient(*out_grads):
-                return backward.packed(*saved, *out_grads)
-
             record.record_operation("TerraRegion", outs, [args[i] for i in watched]
-                                    + self.t_handles, gradient)
+                                    + self.t_handles, functools.partial(_gradient, backward, saved))
         it = iter(flat or ())
         leaves = [next(it) if isinstance(w, Wire) and w.kind == "op" else
                   args[w.index] if isinstance(w, Wire) else w for w in self.rec.out_wires]

@@ -113,6 +113,6 @@ class Explained(tuple):
 
     def __str__(self) -> str:
         lines = [str(f) for f in self] or ["no fallbacks"]
-        if self.regions.enabled:
+        if self.regions.enabled and self.regions.rows:  # a loop without Keras calls: nothing
             lines.append(str(self.regions))
         return "\n".join(lines)

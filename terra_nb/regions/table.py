@@ -10,6 +10,7 @@ show an effect ``REFUSE_AFTER`` times in a row is refused: it runs op by op from
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import os
 import sys
@@ -29,6 +30,7 @@ from .recording import Recording, RecordingTee
 from .region import DECLINED, Region
 from .summary import RegionRow, RegionSummary
 
+_MISS = object()  # Regions._hit: no region answered the call
 REFUSE_AFTER = 3  # traced calls in a row with an effect
 MAX_PENDING = 256
 MAX_SPECS = 16  # guard keys per object and method: beyond, a Python value changes every call
@@ -139,40 +141,54 @@ class Regions:
         self.dropped.update((c.op_type, c) for c in region.calls(row.source, row.call))
 
     def call(self, obj, method: str, fn, args: tuple, kwargs: dict):
-        """Answer ``fn(*args, **kwargs)`` (``obj.method``): a hit, or a traced call."""
+        """Answer ``fn(*args, **kwargs)`` (``obj.method``): a hit, or a run of its Python (traced
+        on the way to a region, or not). The Python runs from one line whatever the reason, so
+        its ops have one program location."""
         args = tuple(list(a) if type(a) is zip else a for a in args)  # apply_gradients(zip(..))
         # numpy data is an argument of the region, as the tensor Keras would convert it to
         args, kwargs = _numpy_as_tensors(args), {k: _numpy_as_tensors(v) for k, v in kwargs.items()}
+        tracing = None
         try:
             key, tensors = guard_key(obj, method, args, kwargs)
         except Unguardable as why:
             self._row(("unguardable", id(obj), method), obj, method).refuse(str(why))
-            return fn(*args, **kwargs)
+        else:
+            result = self._hit(key, obj, tensors)
+            if result is not _MISS:
+                return result
+            row = self._row(key, obj, method)
+            if row.state != "refused" or row.refusals < REFUSE_AFTER:
+                tracing = _TracedCall(self, key, row, obj, tensors, args)
+        with tracing or contextlib.nullcontext():
+            result = fn(*args, **kwargs)
+        if tracing is not None:
+            tracing.finish(result)
+        return result
+
+    def _hit(self, key: tuple, obj, tensors: list):
+        """The region's answer to the call, or ``_MISS`` (its Python must run)."""
         region = self.table.get(key)
-        if region is not None:
-            if region.obj is obj and region.state == self.state(region.layers, region.objs):
-                if region.branches_hold(tensors):
-                    result = region.run(tensors)
-                    if result is not DECLINED:
-                        self.rows[key].hits += 1
-                        return result
-                    if region.broken is not None:
-                        self._drop(key)
-                        self._refuse_for_good(self.rows[key], region.broken)
-                    else:
-                        self.rows[key].misses += 1  # nested tapes: its Python runs untraced
-                    return fn(*args, **kwargs)
-                self.rows[key].miss("a branch decided in Python went the other way")
-            else:
-                self.rows[key].miss("a variable was created, an attribute set or a trainable "
-                                    "flag changed")
-            self._drop(key)
-        elif self.formed_for.get((id(obj), method)):
-            self._row(key, obj, method).misses += 1  # new specs for an object with regions
-        row = self._row(key, obj, method)
-        if row.state == "refused" and row.refusals >= REFUSE_AFTER:
-            return fn(*args, **kwargs)
-        return self._trace(key, row, obj, fn, args, kwargs, tensors)
+        if region is None:
+            if self.formed_for.get((id(obj), key[1])):
+                self._row(key, obj, key[1]).misses += 1  # new specs for an object with regions
+            return _MISS
+        row = self.rows[key]
+        if region.obj is not obj or region.state != self.state(region.layers, region.objs):
+            row.miss("a variable was created, an attribute set or a trainable flag changed")
+        elif not region.branches_hold(tensors):
+            row.miss("a branch decided in Python went the other way")
+        else:
+            result = region.run(tensors)
+            if result is not DECLINED:
+                row.hits += 1
+                return result
+            # B is not differentiable: a call under two tapes (a GAN's) or one whose B cannot be
+            # built runs its Python from now on
+            self._refuse_for_good(row, region.broken or (
+                "called while two gradient tapes record (a GAN step, a higher-order gradient): "
+                "the backward function is not differentiable"))
+        self._drop(key)
+        return _MISS
 
     @staticmethod
     def _refuse_for_good(row: RegionRow, reason: str) -> None:
@@ -196,35 +212,8 @@ class Regions:
             row = self.rows[key] = RegionRow(f"{type(obj).__name__}.{method}", *user_line())
         return row
 
-    def _trace(self, key, row: RegionRow, obj, fn, args, kwargs, tensors):
-        self.changed = True
-        layers = [o for o in objects_of(obj) if hasattr(o, "trainable")]
-        before = self.state(layers)
-        tee = RecordingTee(hooks.current_sink())
-        with EffectProbe(obj) as probe, capture.capturing(tee):
-            result = fn(*args, **kwargs)
-        if tee.placeholders:  # co-executed op by op: nothing ran for real
-            row.note("traced while co-executing (answered with placeholders)")
-            return result
-        rec = Recording(tee, tensors, result)
-        effects = probe.effects + side_outputs(obj, result)
-        effects += [f"value read ({len(rec.reads)} tensors)"] * bool(rec.reads)
-        if rec.created_vars or self.state(layers) != before:
-            effects.append("variable created" if self.epoch != before[1] or rec.created_vars
-                           else "trainable flag changed")
-        prev = self.pending.pop(key, None)
-        if effects:
-            row.refuse("; ".join(effects))
-        elif prev is not None and prev.key() == rec.key():
-            self._form(key, row, obj, rec, layers, args)
-        else:
-            if len(self.pending) >= MAX_PENDING:
-                self.pending.clear()
-            self.pending[key] = rec
-            row.note("traced")
-        return result
-
-    def _form(self, key, row: RegionRow, obj, rec: Recording, layers: list, args) -> None:
+    def form(self, key, row: RegionRow, obj, rec: Recording, layers: list, args) -> None:
+        """Make the region of ``key`` from its recording (or refuse it, saying why)."""
         variables = {}
         for v in list(getattr(obj, "variables", [])) + _variables_in(args):
             handle = getattr(v, "handle", None)
@@ -253,6 +242,52 @@ class Regions:
         ident = (id(obj), key[1])
         self.formed_for[ident] = self.formed_for.get(ident, 0) + 1
         row.form(region.n_ops)
+
+
+class _TracedCall:
+    """One run of a call's Python on its way to a region: its ops are recorded (a tee into the
+    engine's sink) and its effects probed; ``finish`` forms the region, keeps the recording or
+    refuses the call."""
+
+    def __init__(self, regions: Regions, key: tuple, row: RegionRow, obj, tensors: list,
+                 args: tuple) -> None:
+        regions.changed = True
+        self.regions, self.key, self.row, self.obj = regions, key, row, obj
+        self.tensors, self.args = tensors, args
+        self.layers = [o for o in objects_of(obj) if hasattr(o, "trainable")]
+        self.before = regions.state(self.layers)
+        self.tee = RecordingTee(hooks.current_sink())
+        self._hold = contextlib.ExitStack()
+
+    def __enter__(self) -> None:
+        self.probe = self._hold.enter_context(EffectProbe(self.obj))
+        self._hold.enter_context(capture.capturing(self.tee))
+
+    def __exit__(self, *exc) -> None:
+        self._hold.close()
+
+    def finish(self, result) -> None:
+        regions, row, key = self.regions, self.row, self.key
+        if self.tee.placeholders:  # co-executed op by op: nothing ran for real
+            row.note("traced while co-executing (answered with placeholders)")
+            return
+        rec = Recording(self.tee, self.tensors, result)
+        effects = self.probe.effects + side_outputs(self.obj, result)
+        effects += [f"value read ({len(rec.reads)} tensors)"] * bool(rec.reads)
+        before = self.before
+        if rec.created_vars or regions.state(self.layers) != before:
+            effects.append("variable created" if regions.epoch != before[1] or rec.created_vars
+                           else "trainable flag changed")
+        prev = regions.pending.pop(key, None)
+        if effects:
+            row.refuse("; ".join(effects))
+        elif prev is not None and prev.key() == rec.key():
+            regions.form(key, row, self.obj, rec, self.layers, self.args)
+        else:
+            if len(regions.pending) >= MAX_PENDING:
+                regions.pending.clear()
+            regions.pending[key] = rec
+            row.note("traced")
 
 
 def _numpy_as_tensors(value):

@@ -137,4 +137,6 @@ def test_regions_flag_reaches_the_engine_and_the_reports(ip, no_views):
     ip.run_cell_magic("terra", "--mode eager --no-regions --quiet", "x = 1\n")
     assert not last(ip).use_regions and ip.run_line_magic("terra", "status").regions == ""
     ip.run_cell_magic("terra", "--quiet", "x = 1\n")
-    assert not last(ip).use_regions  # off by default
+    assert last(ip).use_regions  # on by default (coexec)
+    ip.run_cell_magic("terra", "--quiet --program whole", "x = 1\n")
+    assert not last(ip).use_regions  # the whole program cannot run them yet

@@ -152,7 +152,10 @@ def test_a_new_slice_index_is_answered_without_a_fallback():
     assert_coexecuted(terra, last=8)
 
 
-def test_an_rnn_over_ever_longer_sequences_co_executes():
+@pytest.mark.parametrize("regions", [False, True])
+def test_an_rnn_over_ever_longer_sequences_co_executes(regions):
+    """Op by op, each co-executed iteration runs the cell's ops once per step; with regions (the
+    default) the cell's calls are region hits once two iterations formed them."""
     import keras
 
     def run(loop):
@@ -175,12 +178,17 @@ def test_an_rnn_over_ever_longer_sequences_co_executes():
         return losses, [w.numpy() for w in variables]
 
     plain_losses, plain_weights = run(lambda it: it)
-    with Terra(mode="coexec") as terra:
+    with Terra(mode="coexec", regions=regions) as terra:
         seen = watch(terra)
         losses, weights = run(terra.loop)
     np.testing.assert_allclose(losses, plain_losses, rtol=1e-5)
     for a, b in zip(weights, plain_weights):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    if regions:  # two traced runs form the cell's region, one more learns its calls
+        assert [s.phase for s in terra.stats][4:] == ["coexec"] * 6, terra.explain()
+        cell = next(r for r in terra.regions.rows if r.name == "SimpleRNNCell.__call__")
+        assert cell.state == "formed" and cell.hits >= sum(range(6, 12))
+        return
     assert [s.phase for s in terra.stats][2:] == ["coexec"] * 8, terra.explain()
     assert_coexecuted(terra, last=8)
     # each co-executed iteration ran the cell once per step of its new, longer sequence

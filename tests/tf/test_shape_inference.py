@@ -294,7 +294,8 @@ def test_keras_smaller_last_batch_with_batchnorm_and_dropout(variant):
         return losses, [w.numpy() for w in model.variables + opt.variables]
 
     plain_losses, plain_state = run(lambda it: it)
-    with Terra(**VARIANTS[variant]) as terra:
+    # op by op: the model's ops are answered by inference (a region is keyed by batch size)
+    with Terra(**VARIANTS[variant], regions=False) as terra:
         losses, state = run(terra.loop)
     np.testing.assert_allclose(losses, plain_losses, rtol=1e-5)
     for a, b in zip(state, plain_state):
