@@ -138,6 +138,10 @@ def explanation_of(terra: Any) -> Explanation:
     explained = terra.explain()
     regions = getattr(explained, "regions", None)
     shown = regions is not None and regions.enabled and regions.rows
+    if shown:  # each region's cell named as IPython names it, as the fallbacks' are
+        where = Listing(cells=cell_names()).where
+        regions = replace(regions, rows=tuple(replace(r, source=where(r.source))
+                                              for r in regions.rows))
     return Explanation(terra.mode, tuple(map(named_fallback, explained)),
                        str(regions) if shown else "")
 

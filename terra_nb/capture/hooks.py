@@ -137,8 +137,15 @@ def set_barrier(barrier) -> None:
     _local.barrier = barrier
 
 
+# Run by a finaliser (``__del__`` of a variable the garbage collector freed), at any moment:
+# never an op of the program, so never reported.
+FINALISER_OPS = frozenset({"DestroyResourceOp", b"DestroyResourceOp"})
+
+
 def _fast_path_execute(ctx, op_name, name, *args):
     sink = getattr(_local, "sink", None)
+    if sink is not None and op_name in FINALISER_OPS:
+        return _originals["fast"](ctx, op_name, name, *args)
     if sink is None:
         wait_at_barrier(op_name)
         if _holds:
@@ -164,6 +171,8 @@ def _fast_path_execute(ctx, op_name, name, *args):
 def _quick_execute(op_name, num_outputs, inputs, attrs, ctx, name=None):
     sink = getattr(_local, "sink", None)
     slow = _originals["slow"]
+    if sink is not None and op_name in FINALISER_OPS:
+        return slow(op_name, num_outputs, inputs, attrs, ctx, name)
     if sink is None:
         wait_at_barrier(op_name)
         return slow(

@@ -214,7 +214,11 @@ class GraphRunner:
         """Finish the queued work and stop the thread (idempotent)."""
         if self._thread.is_alive():
             self._queue.put(None)
-            self._thread.join()
+            try:
+                self._thread.join()
+            except KeyboardInterrupt:  # a Ctrl-C while it finishes: it still ends, then raise
+                self._thread.join()
+                raise
 
     @property
     def programs(self) -> tuple[Segment, ...]:

@@ -28,6 +28,7 @@ from tensorflow.python.framework import dtypes
 from .. import capture
 from ..capture.attrs import with_list_lengths
 from ..capture.functions import learn
+from ..capture.hooks import FINALISER_OPS
 from ..capture.location import LocationTable
 from ..capture.placeholder import Placeholder
 from ..capture.recorder import TraceRecorder
@@ -61,8 +62,6 @@ from .graph_runner import GraphRunner
 from .interrupts import DeferredInterrupts
 from .segment_executor import PythonLane, SegmentExecutor
 from .shapes import UNKNOWN, infer_outputs, input_specs, value_shaped
-
-_FINALISER_OPS = frozenset({"DestroyResourceOp"})  # run by ``__del__``, where errors are lost
 
 
 class PythonRunner:
@@ -394,7 +393,7 @@ class PythonRunner:
         between iterations touches state the graph may still be updating). A graph failure is
         raised here, but not into a variable's finaliser (Python would drop it): it stays for
         the next synchronisation point."""
-        deliver = op_name is None or op_type_of(op_name) not in _FINALISER_OPS
+        deliver = op_name is None or op_type_of(op_name) not in FINALISER_OPS
         for plan in self.plans:  # a plan running this iteration cannot settle before its end
             if plan is self.segments or plan is not self.executor or self.state != "coexec":
                 plan.sync(deliver)
