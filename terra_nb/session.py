@@ -179,14 +179,11 @@ class Terra:
                     with self._engine.critical():  # a Ctrl-C is raised once Keras is restored
                         self._interception.close()
             finally:
-                self._close_engine(exc_type)
-
-    def _close_engine(self, exc_type) -> None:
-        try:
-            self._engine.close()  # runs every confirmed op, stops the GraphRunner
-        except Exception:
-            if exc_type is None:  # never hide the user's own exception
-                raise
+                try:
+                    self._engine.close()  # runs every confirmed op, stops the GraphRunner
+                except Exception:
+                    if exc_type is None:  # never hide the user's own exception
+                        raise
 
     # -- iterations -------------------------------------------------------------------------
 
