@@ -12,6 +12,7 @@ import sys
 import warnings
 import weakref
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import capture
 from .capture.location import LocationTable
@@ -40,6 +41,8 @@ class Learned:
     handles: weakref.WeakValueDictionary = field(default_factory=weakref.WeakValueDictionary)
     # region function op type -> RegionCall (plain data): how the graph names a region's node
     region_calls: dict = field(default_factory=dict)
+    # the regions formed (``regions.Regions``), carried over to a later Terra on the same code
+    regions: Any = None
 
     def __post_init__(self) -> None:
         self.builder.loop_location = self.locations.loop_text

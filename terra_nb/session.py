@@ -132,7 +132,6 @@ class Terra:
         self._listeners: list[Callable[[IterationStats], None]] = []
         self._iteration: ExitStack | None = None
         self._t_start = 0.0
-        self._forming = False  # this iteration traces while regions form
         self.last_path: tuple[int, ...] = ()  # TraceGraph nodes of the last iteration
         self._named_graph: tuple | None = None  # (builder's graph, calls known, named graph)
 
@@ -147,7 +146,8 @@ class Terra:
             )
         self._engine = self._make_engine()
         if self.use_regions:
-            self._interception = Interception()
+            self._interception = Interception(self.learned.regions)
+            self.learned.regions = self._interception.regions
             try:
                 with self._engine.critical():  # a Ctrl-C never leaves Keras half-wrapped
                     self._interception.open()
@@ -227,7 +227,7 @@ class Terra:
             raise TerraUsageError("a Terra iteration is already running; iterations cannot nest")
         iteration = ExitStack()
         settling = self._interception is not None and self._interception.settling()
-        self._forming = settling and self._engine.keep_tracing()
+        self._forming = settling and self._engine.keep_tracing()  # traced while regions form
         iteration.enter_context(self._engine.begin(root_frame, len(self._stats)))
         if self._interception is not None:  # inside the engine's capture: regions tee into it
             iteration.enter_context(self._interception.iteration())

@@ -34,6 +34,12 @@ def _fingerprint(value):
     return id(value)
 
 
+def attributes(objs: list) -> list[dict]:
+    """A fingerprint of the attributes of each of ``objs``: Python values by value, other
+    objects by identity (and lists, dicts, sets by length too)."""
+    return [{k: _fingerprint(v) for k, v in vars(o).items()} for o in objs]
+
+
 _writes: dict[int, int] = {}  # id(object) -> attribute assignments seen (``count_write``)
 
 
@@ -68,8 +74,7 @@ class EffectProbe:
         self.effects: list[str] = []
 
     def _state(self) -> tuple:
-        return ([{k: _fingerprint(v) for k, v in vars(o).items()} for o in self.objs],
-                random.getstate(), np.random.get_state()[1].tobytes())
+        return (attributes(self.objs), random.getstate(), np.random.get_state()[1].tobytes())
 
     def __enter__(self) -> EffectProbe:
         self.before = self._state()

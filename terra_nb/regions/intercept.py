@@ -106,8 +106,9 @@ class Interception:
     """The regions of one Terra, wired into Keras while it is open (``open``/``close`` in the
     loop's thread) and active inside its iterations (``iteration()``)."""
 
-    def __init__(self) -> None:
-        self.regions = Regions()
+    def __init__(self, regions: Regions | None = None) -> None:
+        """``regions``: those of an earlier Terra on the same code, to carry over."""
+        self.regions = Regions() if regions is None else regions
         self._hold: contextlib.ExitStack | None = None
         self._settled = 0
 
@@ -116,6 +117,7 @@ class Interception:
         return next_creator(**kwargs)
 
     def open(self) -> None:
+        self.regions.carry_over()
         hold = contextlib.ExitStack()
         _install()
         hold.callback(_uninstall)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+import weakref
 
 import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
@@ -24,6 +25,7 @@ from ..coexec.lower import Segment, Wire, compile_segment
 from ..trace.tracegraph import RegionCall
 from .backward import build_backward, trainable_dtype
 from .branches import guard_segment
+from .effects import attributes
 from .recording import Recording
 
 _CONFIG: list[bytes] = []
@@ -95,7 +97,8 @@ class Region:
 
     def __init__(self, rec: Recording, variables: dict, obj, name: str) -> None:
         """``variables``: handle id -> variable, for the handles the call read."""
-        self.rec, self.obj, self.name = rec, obj, name
+        self.rec, self.name = rec, name
+        self._obj = weakref.ref(obj)  # a region does not keep the user's model alive
         # names its functions: region_Sequential_call_forward is the op type of F's calls
         self.label = "region_" + re.sub(r"\W+", "_", name.replace("__", ""))
         self.hits = 0
@@ -118,6 +121,25 @@ class Region:
             self.branch_guard = None if segment is None else FastCall(compile_segment(
                 segment, rec.captures, noinline=True, name=self.label + "_guard"))
         self.branch_values = [v for _, _, v in rec.branches]
+
+    @property
+    def obj(self):
+        """The object whose call this region answers (None once the user dropped it)."""
+        return self._obj()
+
+    def watch(self, objs: list, layers: list) -> None:
+        """Keep weakly the objects whose state guards the region (the object and its
+        sublayers), and their attributes now (``Regions.carry_over`` compares them later)."""
+        self._objs = [weakref.ref(o) for o in objs]
+        self._is_layer = [any(o is la for la in layers) for o in objs]
+        self.attributes = attributes(objs)
+
+    def objects(self) -> tuple[list, list] | None:
+        """(layers, objects) guarding the region; None when one of them is gone."""
+        objs = [r() for r in self._objs]
+        if any(o is None for o in objs):
+            return None
+        return [o for o, is_layer in zip(objs, self._is_layer) if is_layer], objs
 
     @property
     def guarded_branches(self) -> bool:

@@ -25,7 +25,7 @@ from ..capture import hooks
 from ..capture.location import is_user_code
 from ..capture.placeholder import Placeholder
 from ..trace.tracegraph import RegionCall
-from .effects import EffectProbe, objects_of, side_outputs, writes_to
+from .effects import EffectProbe, attributes, objects_of, side_outputs, writes_to
 from .recording import Recording, RecordingTee
 from .region import DECLINED, Region
 from .summary import RegionRow, RegionSummary
@@ -135,6 +135,19 @@ class Regions:
             calls.update((c.op_type, c) for c in region.calls(row.source, row.call))
         return calls
 
+    def carry_over(self) -> None:
+        """At the start of a new Terra's loop (a re-run cell): keep the regions whose objects
+        are alive and whose attributes are as when they formed (assignments made while no Terra
+        was open were not counted), and start their guards' counts afresh."""
+        self.pending.clear()
+        for key, region in list(self.table.items()):
+            guarding = region.objects()
+            if guarding is None or attributes(guarding[1]) != region.attributes:
+                self.rows[key].miss("the object was dropped or changed between runs")
+                self._drop(key)
+            else:
+                region.state = self.state(*guarding)
+
     def _drop(self, key: tuple) -> None:
         """The region of ``key`` is no longer answered; its functions stay named."""
         region, row = self.table.pop(key), self.rows[key]
@@ -172,8 +185,8 @@ class Regions:
             if self.formed_for.get((id(obj), key[1])):
                 self._row(key, obj, key[1]).misses += 1  # new specs for an object with regions
             return _MISS
-        row = self.rows[key]
-        if region.obj is not obj or region.state != self.state(region.layers, region.objs):
+        row, guarding = self.rows[key], region.objects()
+        if region.obj is not obj or guarding is None or region.state != self.state(*guarding):
             row.miss("a variable was created, an attribute set or a trainable flag changed")
         elif not region.branches_hold(tensors):
             row.miss("a branch decided in Python went the other way")
@@ -236,8 +249,9 @@ class Regions:
         if not region.guarded_branches:
             row.refuse("value read: a branch decided after the call changed a variable")
             return
-        region.objs = objects_of(obj)
-        region.layers, region.state = layers, self.state(layers, region.objs)
+        objs = objects_of(obj)
+        region.watch(objs, layers)
+        region.state = self.state(layers, objs)
         self.table[key] = region
         ident = (id(obj), key[1])
         self.formed_for[ident] = self.formed_for.get(ident, 0) + 1

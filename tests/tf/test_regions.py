@@ -368,3 +368,87 @@ def test_dict_inputs_are_guarded_tensor_by_tensor(mode):
 
     terra, _, _ = compare(program, OPTIONS[mode])
     assert formed(terra, "Functional.__call__").hits >= 5
+
+
+def _two_runs(between=None):
+    """One model trained by two loops in a row (a notebook cell run twice), plainly and under two
+    Terras sharing ``learned``; ``between(model)`` runs between the loops, outside any Terra.
+    Returns (plain losses, Terra losses, plain state, Terra state, the second Terra)."""
+    batches = data(12)
+
+    def train(loops):
+        keras.utils.set_random_seed(0)
+        net, opt = sequential("dropout"), keras.optimizers.Adam(1e-2)
+        lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        losses = []
+        for k, loop in enumerate(loops):
+            if k and between is not None:
+                between(net)
+            for x, y in loop(batches[6 * k:6 * k + 6]):
+                with tf.GradientTape() as tape:
+                    loss = lossf(y, net(x, training=True))
+                grads = tape.gradient(loss, net.trainable_variables)
+                opt.apply_gradients(zip(grads, net.trainable_variables))
+                losses.append(float(loss))
+        return losses, state_of(net, opt)
+
+    plain, plain_state = train([lambda it: it] * 2)
+    first = Terra()
+    second = Terra(learned=first.learned)
+
+    def under(terra):
+        def loop(it):
+            with terra:
+                yield from terra.loop(it)
+        return loop
+
+    co, co_state = train([under(first), under(second)])
+    return plain, co, plain_state, co_state, second
+
+
+def test_regions_carry_over_to_a_rerun_with_the_same_objects():
+    """The second loop (a re-run cell) hits the regions the first formed from its first
+    iteration: none of its iterations traces for regions, and it co-executes from the second."""
+    plain, co, plain_state, co_state, second = _two_runs()
+    assert co == plain
+    for a, b in zip(plain_state, co_state):
+        assert np.array_equal(a, b)
+    assert not any(s.regions_forming for s in second.stats)
+    assert [s.phase for s in second.stats][1:] == ["coexec"] * 5
+    # three hits in the first loop (formed at its third call), all six calls of the second
+    assert formed(second, "Sequential.__call__").hits == 9
+
+
+def test_a_region_whose_object_changed_between_runs_is_dropped():
+    """A Dropout rate set in a plain cell between the runs (no Terra open: not counted as an
+    assignment) is seen when the next Terra opens: the region is formed again, values stay
+    eager's."""
+    def between(net):
+        net.layers[1].rate = 0.6
+
+    plain, co, plain_state, co_state, second = _two_runs(between)
+    assert co == plain
+    for a, b in zip(plain_state, co_state):
+        assert np.array_equal(a, b)
+    model_rows = rows(second, "Sequential.__call__")
+    assert any("changed between runs" in r.reason or r.misses for r in model_rows), second.regions
+    assert any(s.regions_forming for s in second.stats)
+
+
+def test_regions_do_not_keep_a_dropped_model_alive():
+    import gc
+    import weakref
+
+    model, batches = sequential(), data(4)
+    with Terra() as terra:
+        for x, _ in terra.loop(batches):
+            float(tf.reduce_sum(model(x)))
+    assert formed(terra, "Sequential.__call__").hits >= 1
+    alive = weakref.ref(model)
+    del model
+    gc.collect()
+    assert alive() is None
+    with Terra(learned=terra.learned) as again:  # opening drops the region of the dead model
+        for _ in again.loop(range(1)):
+            pass
+    assert not terra.learned.regions.table
