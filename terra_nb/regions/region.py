@@ -62,6 +62,8 @@ class FastCall:
         self.n_out = len(fn.cached_definition.signature.output_arg)
         self.attrs = ("executor_type", "", "config_proto", _config())
         self._op_types: tuple[str, ...] | None = None
+        outputs = cf.structured_outputs  # a list of plain tensors needs no packing (B's usually)
+        self._flat = type(outputs) is list and all(isinstance(o, tf.Tensor) for o in outputs)
         register(fn, confirmed=True)  # static output specs: in co-execution it is graph work
 
     def op_types(self) -> tuple[str, ...]:
@@ -79,6 +81,8 @@ class FastCall:
     def packed(self, *args):
         """The outputs in the function's structure: a composite output (the ``IndexedSlices``
         gradient of an embedding) is several tensors on the wire."""
+        if self._flat:
+            return self(*args)
         return tf.nest.pack_sequence_as(self.cf.structured_outputs, self(*args),
                                         expand_composites=True)
 
@@ -115,6 +119,7 @@ class Region:
         self.t_vars = list(self.trainable.values())
         self.float_args = tuple(i for i, (dt, _) in enumerate(rec.args) if trainable_dtype(dt))
         self.outs = [w for w in rec.out_wires if isinstance(w, Wire) and w.kind == "op"]
+        self.single = len(rec.out_wires) == 1 and not tf.nest.is_nested(rec.out_struct)
         with capture.bypass():
             self.forward = self._forward(())
             segment = guard_segment(rec) if rec.branches else None
@@ -209,6 +214,8 @@ class Region:
         it = iter(flat or ())
         leaves = [next(it) if isinstance(w, Wire) and w.kind == "op" else
                   args[w.index] if isinstance(w, Wire) else w for w in self.rec.out_wires]
+        if self.single:  # one tensor (a model's output) or none: nothing to pack
+            return leaves[0]
         return tf.nest.pack_sequence_as(self.rec.out_struct, leaves)
 
     def calls(self, source: str, call: str) -> list[RegionCall]:
