@@ -1,5 +1,6 @@
 """Regions (DESIGN section 5b): an outermost call from the loop into a Keras object (a layer or
-model ``__call__``, a loss ``__call__``, an optimizer ``apply_gradients``) answered, in steady
+model ``__call__``, a loss ``__call__``, an optimizer ``apply_gradients``, a metric's
+``update_state``) answered, in steady
 state, by one compiled forward function made from the ops recorded when the call ran eagerly,
 and on the gradient tape by one op whose backward is one compiled function; the object's Python
 does not run. Guarded by the object, the argument specs, ``training``, the trainable flags of its

@@ -1,7 +1,8 @@
 """Where regions begin: wrappers on the Keras methods a training loop calls.
 
 While a Terra with regions is open, ``keras.Layer.__call__`` (layers and models),
-``keras.losses.Loss.__call__`` and ``keras.optimizers.Optimizer.apply_gradients`` are wrapped.
+``keras.losses.Loss.__call__``, ``keras.optimizers.Optimizer.apply_gradients`` and the metrics'
+``update_state`` are wrapped.
 Only the OUTERMOST such call of the loop's thread, inside a Terra iteration, goes to ``Regions``
 (a thread-local depth counter); calls between iterations, nested calls and calls from other
 threads run untouched. The wrappers are removed when the last Terra using them closes.
@@ -25,13 +26,24 @@ from .table import Regions
 
 
 def _targets() -> list[tuple[type, str]]:
-    return [(keras.Layer, "__call__"), (keras.losses.Loss, "__call__"),
-            (keras.optimizers.Optimizer, "apply_gradients")]
+    """The methods wrapped. A metric's ``update_state`` is its subclasses' own (``Mean``,
+    ``MeanMetricWrapper`` ...): each class of Keras' metric tree that defines one. Not
+    ``result()``: a few ops, often read once per epoch, so forming it would trace an epoch more."""
+    out = [(keras.Layer, "__call__"), (keras.losses.Loss, "__call__"),
+           (keras.optimizers.Optimizer, "apply_gradients")]
+    classes, seen = [keras.metrics.Metric], set()
+    while classes:
+        cls = classes.pop()
+        if cls not in seen:
+            seen.add(cls)
+            classes += cls.__subclasses__()
+            out += [(cls, "update_state")] if "update_state" in cls.__dict__ else []
+    return out
 
 
 def _written() -> list[type]:
     """Classes whose attribute assignments are counted (``effects.count_write``)."""
-    return [keras.Layer, keras.losses.Loss, keras.optimizers.Optimizer]
+    return [keras.Layer, keras.losses.Loss, keras.optimizers.Optimizer, keras.metrics.Metric]
 
 
 _MISSING = object()

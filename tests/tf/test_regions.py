@@ -452,3 +452,31 @@ def test_regions_do_not_keep_a_dropped_model_alive():
         for _ in again.loop(range(1)):
             pass
     assert not terra.learned.regions.table
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_metric_update_state_forms_a_region(mode):
+    """A metric's ``update_state`` (its subclasses' own methods) becomes a region: values read
+    from ``result()`` (op by op) every step and the metric's variables stay eager's."""
+
+    def program(loop):
+        net, opt = sequential(), keras.optimizers.SGD(1e-2)
+        lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        accuracy, mean = keras.metrics.SparseCategoricalAccuracy(), keras.metrics.Mean()
+        CALLS.clear()
+        seen = []
+        for x, y in loop(data(12)):
+            with tf.GradientTape() as tape:
+                logits = net(x, training=True)
+                loss = lossf(y, logits)
+            opt.apply_gradients(zip(tape.gradient(loss, net.trainable_variables),
+                                    net.trainable_variables))
+            accuracy.update_state(y, logits)
+            mean.update_state(loss)
+            seen.append((float(accuracy.result()), float(mean.result())))
+        return seen, state_of(net, opt, accuracy, mean)
+
+    terra, _, _ = compare(program, OPTIONS[mode])
+    for name in ("SparseCategoricalAccuracy.update_state", "Mean.update_state"):
+        assert formed(terra, name).hits >= 6, terra.regions
+    assert not rows(terra, "Mean.result")
