@@ -137,7 +137,7 @@ def explanation_of(terra: Any) -> Explanation:
     """The fallbacks of ``terra``'s run, their cells named (``%terra explain``)."""
     explained = terra.explain()
     regions = getattr(explained, "regions", None)
-    shown = regions is not None and regions.enabled and regions.rows
+    shown = regions is not None and regions.listed
     if shown:  # each region's cell named as IPython names it, as the fallbacks' are
         where = Listing(cells=cell_names()).where
         regions = replace(regions, rows=tuple(replace(r, source=where(r.source))

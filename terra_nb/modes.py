@@ -199,8 +199,13 @@ class CoexecEngine:
         """Trace the next iteration (regions are forming from its calls, which must run for
         real); ``end`` decides again from it whether the loop is ready. Whether it would have
         co-executed otherwise."""
-        was, self.ready = self.ready and not self.gave_up and not self.eager, False
+        was, self.ready = self._coexecutes and not self.eager, False
         return was
+
+    @property
+    def _coexecutes(self) -> bool:
+        """Whether an iteration begun now co-executes (unless the loop runs eagerly for now)."""
+        return self.ready and not self.gave_up
 
     def begin(self, root_frame, iteration: int):
         self._iteration = iteration
@@ -209,7 +214,7 @@ class CoexecEngine:
             self._one_off.clear()
         if self.eager:  # eager ops wait for the graph to finish first (the barrier)
             return contextlib.nullcontext()
-        coexec = self.ready and not self.gave_up
+        coexec = self._coexecutes
         if not coexec:  # its ops run eagerly: the graph first finishes what it was given
             self.runner.sync()
         program = self._program() if coexec and self.whole else None

@@ -144,10 +144,9 @@ FINALISER_OPS = frozenset({"DestroyResourceOp", b"DestroyResourceOp"})
 
 def _fast_path_execute(ctx, op_name, name, *args):
     sink = getattr(_local, "sink", None)
-    if sink is not None and op_name in FINALISER_OPS:
-        return _originals["fast"](ctx, op_name, name, *args)
-    if sink is None:
-        wait_at_barrier(op_name)
+    if sink is None or op_name in FINALISER_OPS:
+        if sink is None:
+            wait_at_barrier(op_name)
         if _holds:
             args = real_values(args)
         return _originals["fast"](ctx, op_name, name, *args)
@@ -171,10 +170,9 @@ def _fast_path_execute(ctx, op_name, name, *args):
 def _quick_execute(op_name, num_outputs, inputs, attrs, ctx, name=None):
     sink = getattr(_local, "sink", None)
     slow = _originals["slow"]
-    if sink is not None and op_name in FINALISER_OPS:
-        return slow(op_name, num_outputs, inputs, attrs, ctx, name)
-    if sink is None:
-        wait_at_barrier(op_name)
+    if sink is None or op_name in FINALISER_OPS:
+        if sink is None:
+            wait_at_barrier(op_name)
         return slow(
             op_name, num_outputs, real_values(inputs) if _holds else inputs, attrs, ctx, name
         )

@@ -66,11 +66,17 @@ def objects_of(obj) -> list:
     return layers + ([obj] if obj not in layers else [])
 
 
-class EffectProbe:
-    """Around one traced call of ``obj``; ``effects`` lists what it saw, one text each."""
+def layers_of(objs: list) -> list:
+    """Those of ``objs`` with a trainable flag (part of a region's guard)."""
+    return [o for o in objs if hasattr(o, "trainable")]
 
-    def __init__(self, obj) -> None:
-        self.objs = objects_of(obj)
+
+class EffectProbe:
+    """Around one traced call of an object (``objs``: it and its sublayers); ``effects`` lists
+    what it saw, one text each."""
+
+    def __init__(self, objs: list) -> None:
+        self.objs = objs
         self.effects: list[str] = []
 
     def _state(self) -> tuple:

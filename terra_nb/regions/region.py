@@ -132,19 +132,16 @@ class Region:
         """The object whose call this region answers (None once the user dropped it)."""
         return self._obj()
 
-    def watch(self, objs: list, layers: list) -> None:
+    def watch(self, objs: list) -> None:
         """Keep weakly the objects whose state guards the region (the object and its
         sublayers), and their attributes now (``Regions.carry_over`` compares them later)."""
         self._objs = [weakref.ref(o) for o in objs]
-        self._is_layer = [any(o is la for la in layers) for o in objs]
         self.attributes = attributes(objs)
 
-    def objects(self) -> tuple[list, list] | None:
-        """(layers, objects) guarding the region; None when one of them is gone."""
+    def objects(self) -> list | None:
+        """The objects guarding the region; None when one of them is gone."""
         objs = [r() for r in self._objs]
-        if any(o is None for o in objs):
-            return None
-        return [o for o, is_layer in zip(objs, self._is_layer) if is_layer], objs
+        return None if any(o is None for o in objs) else objs
 
     @property
     def guarded_branches(self) -> bool:

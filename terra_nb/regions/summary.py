@@ -68,6 +68,12 @@ class RegionSummary:
     enabled: bool = True
 
     @property
+    def listed(self) -> bool:
+        """Whether explanations list the regions: they were on and the loop made a framework
+        call (a loop without Keras calls has nothing to say)."""
+        return self.enabled and bool(self.rows)
+
+    @property
     def formed(self) -> int:
         return sum(r.state == "formed" for r in self.rows)
 
@@ -113,6 +119,6 @@ class Explained(tuple):
 
     def __str__(self) -> str:
         lines = [str(f) for f in self] or ["no fallbacks"]
-        if self.regions.enabled and self.regions.rows:  # a loop without Keras calls: nothing
+        if self.regions.listed:
             lines.append(str(self.regions))
         return "\n".join(lines)

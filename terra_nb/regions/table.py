@@ -25,7 +25,7 @@ from ..capture import hooks
 from ..capture.location import is_user_code
 from ..capture.placeholder import Placeholder
 from ..trace.tracegraph import RegionCall
-from .effects import EffectProbe, attributes, objects_of, side_outputs, writes_to
+from .effects import EffectProbe, attributes, layers_of, objects_of, side_outputs, writes_to
 from .recording import Recording, RecordingTee
 from .region import DECLINED, Region
 from .summary import RegionRow, RegionSummary
@@ -119,10 +119,16 @@ class Regions:
         self.changed = False  # a call was traced on its way to a region, or one formed
         self.dropped: dict[str, RegionCall] = {}  # the functions of regions no longer formed
 
-    def state(self, layers: list, objs: list = ()) -> tuple:
-        """Trainable flags of the object's layers; the variable count; the attribute assignments
-        to ``objs`` (the object and its sublayers)."""
-        return tuple([la.trainable for la in layers]), self.epoch, writes_to(objs)
+    def state(self, objs: list, writes: bool = True) -> tuple:
+        """Of ``objs`` (an object and its sublayers): the layers' trainable flags; the variable
+        count; the attribute assignments to each (``writes``)."""
+        return (tuple([la.trainable for la in layers_of(objs)]), self.epoch,
+                writes_to(objs) if writes else ())
+
+    def _guard_state(self, region: Region) -> tuple | None:
+        """``state`` of the objects guarding ``region``; None when one of them is gone."""
+        objs = region.objects()
+        return None if objs is None else self.state(objs)
 
     def summary(self) -> RegionSummary:
         return RegionSummary(tuple(r.frozen() for r in self.rows.values()))
@@ -141,12 +147,12 @@ class Regions:
         was open were not counted), and start their guards' counts afresh."""
         self.pending.clear()
         for key, region in list(self.table.items()):
-            guarding = region.objects()
-            if guarding is None or attributes(guarding[1]) != region.attributes:
+            objs = region.objects()
+            if objs is None or attributes(objs) != region.attributes:
                 self.rows[key].miss("the object was dropped or changed between runs")
                 self._drop(key)
             else:
-                region.state = self.state(*guarding)
+                region.state = self.state(objs)
 
     def _drop(self, key: tuple) -> None:
         """The region of ``key`` is no longer answered; its functions stay named."""
@@ -185,8 +191,8 @@ class Regions:
             if self.formed_for.get((id(obj), key[1])):
                 self._row(key, obj, key[1]).misses += 1  # new specs for an object with regions
             return _MISS
-        row, guarding = self.rows[key], region.objects()
-        if region.obj is not obj or guarding is None or region.state != self.state(*guarding):
+        row = self.rows[key]
+        if region.obj is not obj or region.state != self._guard_state(region):
             row.miss("a variable was created, an attribute set or a trainable flag changed")
         elif not region.branches_hold(tensors):
             row.miss("a branch decided in Python went the other way")
@@ -225,7 +231,7 @@ class Regions:
             row = self.rows[key] = RegionRow(f"{type(obj).__name__}.{method}", *user_line())
         return row
 
-    def form(self, key, row: RegionRow, obj, rec: Recording, layers: list, args) -> None:
+    def form(self, key, row: RegionRow, obj, rec: Recording, objs: list, args) -> None:
         """Make the region of ``key`` from its recording (or refuse it, saying why)."""
         variables = {}
         for v in list(getattr(obj, "variables", [])) + _variables_in(args):
@@ -249,9 +255,8 @@ class Regions:
         if not region.guarded_branches:
             row.refuse("value read: a branch decided after the call changed a variable")
             return
-        objs = objects_of(obj)
-        region.watch(objs, layers)
-        region.state = self.state(layers, objs)
+        region.watch(objs)
+        region.state = self.state(objs)
         self.table[key] = region
         ident = (id(obj), key[1])
         self.formed_for[ident] = self.formed_for.get(ident, 0) + 1
@@ -268,13 +273,13 @@ class _TracedCall:
         regions.changed = True
         self.regions, self.key, self.row, self.obj = regions, key, row, obj
         self.tensors, self.args = tensors, args
-        self.layers = [o for o in objects_of(obj) if hasattr(o, "trainable")]
-        self.before = regions.state(self.layers)
+        self.objs = objects_of(obj)
+        self.before = regions.state(self.objs, writes=False)
         self.tee = RecordingTee(hooks.current_sink())
         self._hold = contextlib.ExitStack()
 
     def __enter__(self) -> None:
-        self.probe = self._hold.enter_context(EffectProbe(self.obj))
+        self.probe = self._hold.enter_context(EffectProbe(self.objs))
         self._hold.enter_context(capture.capturing(self.tee))
 
     def __exit__(self, *exc) -> None:
@@ -289,14 +294,14 @@ class _TracedCall:
         effects = self.probe.effects + side_outputs(self.obj, result)
         effects += [f"value read ({len(rec.reads)} tensors)"] * bool(rec.reads)
         before = self.before
-        if rec.created_vars or regions.state(self.layers) != before:
+        if rec.created_vars or regions.state(self.objs, writes=False) != before:
             effects.append("variable created" if regions.epoch != before[1] or rec.created_vars
                            else "trainable flag changed")
         prev = regions.pending.pop(key, None)
         if effects:
             row.refuse("; ".join(effects))
         elif prev is not None and prev.key() == rec.key():
-            regions.form(key, row, self.obj, rec, self.layers, self.args)
+            regions.form(key, row, self.obj, rec, self.objs, self.args)
         else:
             if len(regions.pending) >= MAX_PENDING:
                 regions.pending.clear()
