@@ -2,7 +2,7 @@
 
     python benchmarks/paper.py [--quick] [--only NAME[,NAME]] [--json PATH] [--plots DIR]
                                [--warmup W] [--iterations N] [--repeats R] [--timeout S]
-                               [--regions]
+                               [--no-regions]
 
 For every program (``benchmarks/programs``), one child process (``paper_measure.py``) runs the
 modes eager, function (``tf.function`` of the step), lazy (``Terra(mode="lazy")``), coexec
@@ -62,7 +62,7 @@ def _child(name: str, modes: list[str], once: list[str], rounds: int, args,
     command = [sys.executable, str(HERE / "paper_measure.py"), name, "--modes", ",".join(modes),
                "--rounds", str(rounds), "--warmup", str(args.warmup),
                "--iterations", str(args.iterations), "--once", ",".join(once)]
-    command += ["--regions"] if args.regions else []
+    command += ["--no-regions"] if args.no_regions else []
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
 
 
@@ -153,8 +153,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="alternating rounds; medians shown")
     parser.add_argument("--xla-rounds", type=int, dest="xla_rounds",
                         help="rounds measuring coexec_xla: 1 or all (--repeats)")
-    parser.add_argument("--regions", action="store_true",
-                        help="lazy, coexec and coexec_xla with regions (Terra(regions=True))")
+    parser.add_argument("--no-regions", action="store_true",
+                        help="lazy, coexec and coexec_xla op by op (Terra(regions=False)); "
+                             "regions are on by default, as in Terra()")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds without a result after which a mode counts as hung")
     args = parser.parse_args(argv)

@@ -84,8 +84,9 @@ def run_function(program: ModuleType, state, warmup: int, n: int) -> dict:
 
 
 def run_terra(program: ModuleType, state, warmup: int, n: int, mode: str,
-              regions: bool = False) -> dict:
-    """The loop under ``terra_nb.Terra`` with this mode's options (and regions)."""
+              regions: bool | None = None) -> dict:
+    """The loop under ``terra_nb.Terra`` with this mode's options (regions: Terra's default
+    unless False)."""
     clock = Clock()
     options = dict(TERRA_OPTIONS[mode], regions=regions)
     with Terra(**options) as terra:
@@ -103,7 +104,7 @@ def run_terra(program: ModuleType, state, warmup: int, n: int, mode: str,
         "steady_phases": breakdown(stats[warmup:])[1],
         "fallbacks": len(terra.explain()),
         "explain": [str(f) for f in terra.explain()[:3]],
-        "regions": summary.line() if regions else None,
+        "regions": summary.line() if terra.use_regions else None,
     }
 
 
@@ -118,7 +119,7 @@ def compare(values: list[np.ndarray], reference: list[np.ndarray]) -> tuple[bool
 
 
 def measure(program: ModuleType, mode: str, warmup: int, n: int, seed: int,
-            regions: bool = False) -> tuple[dict, list]:
+            regions: bool | None = None) -> tuple[dict, list]:
     """One run of ``mode`` from a fresh state: (result, final weights or [] after an error)."""
     state = program.make(seed)
     try:
@@ -139,7 +140,7 @@ def emit(kind: str, record: dict) -> None:
 
 
 def run(name: str, modes: list[str], rounds: int, warmup: int, n: int, seed: int = 0,
-        once: tuple[str, ...] = (), regions: bool = False) -> None:
+        once: tuple[str, ...] = (), regions: bool | None = None) -> None:
     """Measure ``modes`` of program ``name`` for ``rounds`` alternating rounds (the modes in
     ``once`` in the first round only)."""
     program = load(name)
@@ -169,7 +170,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--once", default="", help="modes measured in the first round only")
-    parser.add_argument("--regions", action="store_true", help="Terra modes with regions")
+    parser.add_argument("--no-regions", dest="regions", action="store_const", const=False,
+                        default=None, help="Terra modes op by op (regions off)")
     args = parser.parse_args(argv)
     modes = args.modes.split(",")
     unknown = set(modes) - set(MODES)

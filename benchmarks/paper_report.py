@@ -116,7 +116,7 @@ def terra_table(programs: list[dict]) -> list[str]:
         d = p["details"]["coexec"]
         phases, steady = d.get("phases", {}), d.get("steady_phases", {})
         regions = d.get("regions")
-        regions = "off (--regions)" if regions is None else regions
+        regions = "off (--no-regions)" if regions is None else regions
         lines.append(
             f"| {p['name']} | {_ms(d)} | {_ms(p['details']['lazy'])} "
             f"| {phases.get('tracing', '-')} | {d.get('fallbacks', '-')} "

@@ -1,5 +1,5 @@
 """A paper program under co-execution with regions equals eager (found by the paper harness
-with ``--regions``): SDPoint keeps its model call op by op (it reads a shape) and forms an SGD
+with regions, its default): SDPoint keeps its model call op by op (it reads a shape) and forms an SGD
 region; the loop keeps tracing while regions form, right after co-executed iterations."""
 
 from __future__ import annotations
