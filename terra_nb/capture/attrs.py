@@ -37,10 +37,7 @@ def split_call(op_type: str, args, attrs) -> tuple[list, dict]:
         if op_def is not None:
             _infer_list_attrs(op_def, raw_inputs, attr_dict)
         return inputs, attr_dict
-    names = attrs[::2]
-    return list(args), {
-        n.decode() if isinstance(n, bytes) else n: v for n, v in zip(names, attrs[1::2])
-    }
+    return list(args), {name_of(n): v for n, v in zip(attrs[::2], attrs[1::2])}
 
 
 def _infer_list_attrs(op_def, raw_inputs, attr_dict) -> None:
@@ -174,6 +171,32 @@ def with_list_lengths(op_type: str, attrs: tuple, grouped_inputs) -> tuple | Non
             return None
         if arg.number_attr:
             full[arg.number_attr] = len(value)
+    return tuple(sorted(full.items()))
+
+
+def output_count_attrs(op_def) -> frozenset[str]:
+    """Attrs that only count outputs (``Unpack``'s ``num``, ``Split``'s ``num_split``): a call
+    with a new value is the same call with more or fewer outputs."""
+    if op_def is None:
+        return frozenset()
+    counted = {a.number_attr for a in op_def.output_arg if a.number_attr}
+    return frozenset(counted - {a.number_attr for a in op_def.input_arg})
+
+
+def name_of(name) -> str:
+    """An op or attr name as the fast path (str) or the slow path (bytes) passes it."""
+    return name.decode() if type(name) is bytes else name
+
+
+def with_output_counts(op_type: str, attrs: tuple, passed: tuple) -> tuple:
+    """Normalised ``attrs`` with the output counts (``output_count_attrs``) a call passed (its
+    attrs as name/value pairs, as in its signature)."""
+    counts = output_count_attrs(_op_def(op_type))
+    if not counts:
+        return attrs
+    full = dict(attrs)
+    full.update((name_of(n), v) for n, v in zip(passed[::2], passed[1::2])
+                if name_of(n) in counts)
     return tuple(sorted(full.items()))
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 from ..trace.records import Source, TensorSpec, Trace, TraceOp
 from .attrs import complete_attrs, input_dtypes, is_tensor, split_call
@@ -32,6 +33,7 @@ class TraceRecorder:
     def __init__(self, locations: LocationTable, handles: dict[str, Any] | None = None) -> None:
         self.locations = locations
         self._raw: list[tuple] = []
+        self._context = context.context()  # its device_name: the user's tf.device scope
         self._fetched: list[Any] = []
         self._attempt: tuple | None = None
         self._previous: dict[int, tuple[int, int]] = {}  # tensor id -> (op, output), last iteration
@@ -47,12 +49,12 @@ class TraceRecorder:
         attempt = self._attempt
         if attempt is not None:
             self._attempt = None
-        self._raw.append((op_name, args, attrs, outputs, loc, attempt))
+        self._raw.append((op_name, args, attrs, outputs, loc, attempt, self._context.device_name))
 
     def record(self, op_name, args, attrs, outputs, loc: int) -> None:
         """Log one executed op (``outputs`` may be TensorRefs)."""
         attempt, self._attempt = self._attempt, None
-        self._raw.append((op_name, args, attrs, outputs, loc, attempt))
+        self._raw.append((op_name, args, attrs, outputs, loc, attempt, self._context.device_name))
 
     def on_fast_fallback(self, op_name, args, frame) -> None:
         """The fast path refused the call; the same op comes next through the slow path."""
@@ -97,7 +99,8 @@ class TraceRecorder:
         ops = []
         prev_loc = None
         self.signatures = []
-        for index, (op_name, args, raw_attrs, outputs, loc, attempt) in enumerate(self._raw):
+        for index, (op_name, args, raw_attrs, outputs, loc, attempt, device) in enumerate(
+                self._raw):
             op_type = op_type_of(op_name)
             self.signatures.append(
                 (
@@ -121,6 +124,7 @@ class TraceRecorder:
                     input_specs=tuple(_spec(x, d) for x, d in zip(inputs, dtypes)),
                     outputs=tuple(_spec(t) for t in outputs),
                     loops=location.loops,
+                    device=device or "",
                     new_iteration=None
                     if prev_loc is None
                     else self.locations.boundary(prev_loc, loc),

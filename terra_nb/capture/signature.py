@@ -20,6 +20,7 @@ from tensorflow.python.framework import dtypes, op_def_registry, ops
 from tensorflow.python.framework.tensor_shape import TensorShape
 
 from ..trace.records import TensorRef, TensorSpec, Trace
+from .attrs import name_of, output_count_attrs
 from .functions import confirmed, function_def
 from .placeholder import Placeholder
 
@@ -47,11 +48,13 @@ MAX_VALUES = 16  # a shape-defining input of at most this many values is part of
 class OpInfo:
     """What the hot path needs to know about an op type, computed once."""
 
-    __slots__ = ("n_inputs", "shape_like", "structure", "stateful", "known", "function")
+    __slots__ = ("n_inputs", "shape_like", "structure", "stateful", "known", "function",
+                 "count_attrs")
 
     def __init__(self, op_type: str) -> None:
         op_def = op_def_registry.get(op_type)
         self.function = False
+        self.count_attrs = output_count_attrs(op_def)
         if op_def is None:  # a function call (only ever seen on the slow path), or unknown
             fdef = function_def(op_type)
             self.known = self.function = fdef is not None
@@ -75,9 +78,7 @@ class OpInfo:
 _infos: dict[str, OpInfo] = {}
 
 
-def op_type_of(op_name) -> str:
-    """The op type of a hook call: the slow path may pass it as bytes."""
-    return op_name.decode() if type(op_name) is bytes else op_name
+op_type_of = name_of  # the op type of a hook call: the slow path may pass it as bytes
 
 
 def op_info(op_type: str) -> OpInfo:
@@ -295,9 +296,14 @@ class SignatureIndex:
 
 
 def site_key(sig: tuple) -> tuple:
-    """What a call's signature keeps when input shapes, shape-defining values and the length of
-    lists of equal inputs may change: op, location, attrs, input dtypes and ranks."""
-    return sig[:3] + (tuple(_input_site(s) for s in sig[3]),)
+    """What a call's signature keeps when input shapes, shape-defining values, the length of
+    lists of equal inputs and output counts (``tf.unstack`` of a new size) may change: op,
+    location, the other attrs, input dtypes and ranks."""
+    attrs, counts = sig[2], op_info(op_type_of(sig[0])).count_attrs
+    if counts:
+        attrs = tuple("*" if i % 2 and name_of(attrs[i - 1]) in counts else v
+                      for i, v in enumerate(attrs))
+    return (sig[0], sig[1], attrs, tuple(_input_site(s) for s in sig[3]))
 
 
 def _input_site(s: tuple) -> tuple:

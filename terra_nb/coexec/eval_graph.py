@@ -380,17 +380,10 @@ def _successor(graph: TraceGraph, current: int, item) -> int:
     else:
         key, what = ("loop", item.loop), f"a run of user loop {item.loop}"
     for n in graph.successors(current):
-        if _key(graph.nodes[n]) == key:
+        if graph.nodes[n].key == key:
             return n
     raise TerraError(f"{what} matches no successor of {_name(graph, current)}: the trace was not "
                      f"merged into this graph")
-
-
-def _key(node: TraceNode) -> tuple:
-    """The key merging matched ``node`` by (``merge.GraphBuilder._step``)."""
-    if node.kind == "loop":
-        return ("loop", node.loop)
-    return (node.kind, node.op_type, node.attrs, node.loc, node.input_specs, node.outputs)
 
 
 def latest_outputs(path: Sequence[int], outputs: Mapping[int, list]) -> dict[tuple[int, int], Any]:

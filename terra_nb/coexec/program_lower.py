@@ -8,6 +8,7 @@ local values, assigned at the commit.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,11 +205,12 @@ class ProgramBuilder:
     def op(self, node: TraceNode, env: dict, state: dict) -> None:
         inputs = [self.input(node, i, env) for i in range(len(node.sources))]
         rule = _VARIABLE_RULES.get(node.op_type)
-        if rule is not None:
-            outputs = rule(self, node, inputs, state)
-        else:
-            outputs = lower(SegmentOp(node.id, node.op_type, node.attrs, (), len(node.outputs)),
-                            inputs)
+        with tf.device(node.device) if node.device else contextlib.nullcontext():
+            if rule is not None:
+                outputs = rule(self, node, inputs, state)
+            else:
+                outputs = lower(SegmentOp(node.id, node.op_type, node.attrs, (), len(node.outputs)),
+                                inputs)
         for k, value in enumerate(outputs):
             env[(node.id, k)] = value
         for k in node.fetches:

@@ -26,7 +26,7 @@ from tensorflow.python.eager.core import _FallbackException
 from tensorflow.python.framework import dtypes
 
 from .. import capture
-from ..capture.attrs import with_list_lengths
+from ..capture.attrs import with_list_lengths, with_output_counts
 from ..capture.functions import learn
 from ..capture.hooks import FINALISER_OPS
 from ..capture.location import LocationTable
@@ -251,13 +251,12 @@ class PythonRunner:
         value carried from an iteration that was traced, say); None if Python computes it."""
         sig = call_signature(op_name, args, attrs, loc)
         entry = self.index.entries.get(sig)
-        if type(entry) is not Entry or not self.executor.computes(entry):
-            return None
-        return None if self._value_shaped(entry, sig) else entry
+        computed = type(entry) is Entry and self.executor.computes(entry)
+        return entry if computed and not self._value_shaped(entry, sig) else None
 
     def _infer(self, sig: tuple, inputs, attrs, flat: list) -> Entry | str | None:
         """An answer to a call that differs from a known one only in input shapes, shape-defining
-        values or the length of a list of equal inputs, with output shapes from inference."""
+        values, list lengths or output counts, with output shapes from inference."""
         sibling = self.index.sibling(sig)
         if sibling is None:
             return None
@@ -269,10 +268,11 @@ class PythonRunner:
                 sibling.op_type, op_attrs, inputs)
         if op_attrs is None or specs is None:
             return None
+        op_attrs = with_output_counts(sibling.op_type, op_attrs, sig[2])  # unstack's num
         outputs = infer_outputs(sibling, op_attrs, specs, sig)
         if outputs is UNKNOWN:  # a known call whose output shapes are data: it runs for real
             return self.index.add(sig, RUN_FOR_REAL)
-        if outputs is None or [d for d, _ in outputs] != [s[0].name for s in sibling.outputs]:
+        if outputs is None or {d for d, _ in outputs} != {s[0].name for s in sibling.outputs}:
             return None
         return self.index.add(sig, sibling, op_attrs, specs, outputs)
 

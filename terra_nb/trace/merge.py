@@ -189,6 +189,7 @@ def _freeze(n: _Node) -> TraceNode:
         body=n.body,
         trip_counts=tuple(sorted(n.trip_counts)),
         hits=n.hits,
+        device=op.device if op else "",
     )
 
 

@@ -76,11 +76,12 @@ class TraceOp:
     fetched: tuple[int, ...] = ()
     loops: tuple[int, ...] = ()
     new_iteration: int | None = None
+    device: str = ""  # the tf.device scope it ran in ("": none)
 
     @property
     def key(self) -> tuple:
         """What must be equal for two executions to be the same TraceGraph node."""
-        return (self.op_type, self.attrs, self.loc, self.input_specs, self.outputs)
+        return (self.op_type, self.attrs, self.loc, self.input_specs, self.outputs, self.device)
 
     def __str__(self) -> str:
         outs = ",".join(str(s) for s in self.outputs) or "()"

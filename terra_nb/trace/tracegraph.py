@@ -43,6 +43,15 @@ class TraceNode:
     body: tuple[int, ...] = ()
     trip_counts: tuple[int, ...] = ()
     hits: int = 0
+    device: str = ""  # the tf.device scope its op ran in ("": none)
+
+    @property
+    def key(self) -> tuple:
+        """The key merging matched this node by: a loop's user loop, an op's ``TraceOp.key``."""
+        if self.kind == "loop":
+            return ("loop", self.loop)
+        return (self.kind, self.op_type, self.attrs, self.loc, self.input_specs, self.outputs,
+                self.device)
 
     @property
     def feeds(self) -> tuple[int, ...]:
@@ -227,6 +236,7 @@ def _node_json(n: TraceNode) -> dict:
         "body": list(n.body),
         "trip_counts": list(n.trip_counts),
         "hits": n.hits,
+        "device": n.device,
     }
 
 
@@ -247,6 +257,7 @@ def _node_from_json(d: dict) -> TraceNode:
         body=tuple(d["body"]),
         trip_counts=tuple(d["trip_counts"]),
         hits=d["hits"],
+        device=d.get("device", ""),
     )
 
 

@@ -167,7 +167,8 @@ SHAPE_CASES = {
     "one_hot_new_depth": lambda i, v: tf.one_hot(tf.cast(v[0, :2], tf.int32), i + 3) * v[0, 0],
     "range_new_limit": lambda i, v: tf.range(i + 2, dtype=tf.float32) * v[0, 1],
     "split_of_a_new_size": lambda i, v: tf.split(v[:, : 2 * (i % 3 + 1)] * 1.0, 2, axis=1),
-    "unstack_of_a_new_size": lambda i, v: tf.unstack(v[: i % 4 + 1] * 1.0),
+    "unstack_of_a_new_size": lambda i, v: tf.unstack(v[: i % 4 + 1] * 1.0),  # Unpack's num
+    "split_into_a_new_count": lambda i, v: tf.split(v * 1.0, [1, 2, 3][i % 3], axis=1),
     "image_resize_new_size": lambda i, v: tf.image.resize(
         tf.reshape(v * 1.0, (1, 4, 6, 1)), (i % 3 + 2, 3)
     ),
@@ -177,16 +178,7 @@ SHAPE_CASES = {
 }
 
 
-NEW_UNPACK_NUM = pytest.mark.xfail(strict=True, reason=(
-    "tf.unstack of a new size is Unpack with a new num attr, and a call with new attrs has no "
-    "sibling (SignatureIndex.sibling keys on site_key, which keeps the attrs): no shape "
-    "inference, every size is a new call, and the loop traces until it has seen all four "
-    "(iterations 0 to 4); the co-executed iterations 5 to 7 only repeat sizes already traced"))
-
-
-@pytest.mark.parametrize("case", [
-    pytest.param(c, marks=NEW_UNPACK_NUM) if c == "unstack_of_a_new_size" else c
-    for c in SHAPE_CASES])
+@pytest.mark.parametrize("case", list(SHAPE_CASES))
 def test_new_shapes_equal_eager(case):
     plain, co, terra = both(SHAPE_CASES[case], _matrix)
     assert co == plain and "coexec" in phases(terra)
@@ -231,11 +223,6 @@ def test_interpreted_attrs_equal_eager(case):
     assert_coexecuted(terra, last=2)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Pack's gradient is Unpack with num = the list's length, and an Unpack of a new num has no "
-    "sibling (the attrs are part of site_key): every new length (2 to 6) is a new call, so the "
-    "loop traces until it has seen all five (iterations 0 to 5), and the co-executed "
-    "iterations 6 to 8 repeat traced lengths: no call is answered by inference"))
 @pytest.mark.parametrize("variant", ["coexec", "never-compile"])
 def test_gradient_through_a_stack_of_a_growing_list(variant):
     """Pack and AddN answered by inference (N from the new list length) under a tape."""
