@@ -1,17 +1,18 @@
 """Memory soak: a Keras MLP trained with Adam while the loop keeps every loss tensor.
 
-    python benchmarks/memory_soak.py [--iterations 550] [--modes eager,coexec]
+    python benchmarks/memory_soak.py [--iterations 550] [--modes eager,coexec] [--repeats 3]
 
-Each mode runs in its own process (a clean heap). Printed per mode: RSS growth over the loop
-(after a warm-up of 50 iterations), growth per iteration, whether a capture hook is still
-installed after the loop while the losses are kept, and the cost of an ordinary eager op then
-(against the same op before the loop).
+Each run is its own process (a clean heap); the modes alternate, ``--repeats`` times, and the
+medians are printed per mode: RSS growth over the loop (after a warm-up of 50 iterations), growth
+per iteration, whether a capture hook is still installed after the loop while the losses are kept,
+and the cost of an ordinary eager op then (against the same op before the loop).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -85,21 +86,37 @@ def soak(mode: str, iterations: int) -> dict:
     }
 
 
+def _median(runs: list[dict]) -> dict:
+    """One row: the median of each number over the runs (any hook left counts)."""
+    row = dict(runs[0])
+    for key, value in row.items():
+        if isinstance(value, bool):
+            row[key] = any(r[key] for r in runs)
+        elif isinstance(value, (int, float)):
+            row[key] = round(statistics.median(r[key] for r in runs), 1)
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=550)
     parser.add_argument("--modes", default="eager,coexec")
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(soak(args.child, args.iterations)))
         return
-    rows = []
-    for mode in args.modes.split(","):
-        print(f"soak: {mode}, {args.iterations} iterations ...", file=sys.stderr)
-        out = subprocess.run([sys.executable, __file__, "--child", mode, "--iterations",
-                              str(args.iterations)], capture_output=True, text=True, check=True)
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    runs: dict[str, list[dict]] = {mode: [] for mode in args.modes.split(",")}
+    for repeat in range(args.repeats):
+        for mode, done in runs.items():
+            print(f"soak: {mode}, {args.iterations} iterations, run {repeat + 1} of "
+                  f"{args.repeats} ...", file=sys.stderr)
+            out = subprocess.run([sys.executable, __file__, "--child", mode, "--iterations",
+                                  str(args.iterations)], capture_output=True, text=True,
+                                 check=True)
+            done.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    rows = [_median(done) for done in runs.values()]
     keys = list(rows[0])
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))

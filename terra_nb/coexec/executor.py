@@ -93,7 +93,7 @@ class KeptPlaceholders:
 
     def __init__(self) -> None:
         self._refs: list[weakref.ref] = []
-        self._limit = 4096
+        self._limit = 512
 
     def add(self, placeholders: list[Placeholder]) -> None:
         self._refs.extend(weakref.ref(ph) for ph in placeholders)
@@ -105,7 +105,7 @@ class KeptPlaceholders:
                         and item.error is None:
                     ph.item = None
             self._refs = [weakref.ref(ph) for ph in alive]
-            self._limit = max(4096, 2 * len(alive))
+            self._limit = max(512, 2 * len(alive))
 
     def alive(self) -> list[Placeholder]:
         return [ph for ref in self._refs if (ph := ref()) is not None]
