@@ -4,9 +4,11 @@ A placeholder that outlives its loop (``losses.append(loss)``, a name the cell a
 keep the capture hooks installed, or every later eager op in the process pays for them, and
 TensorFlow's C code must never see one (it would read it as an eager tensor). So when a loop
 closes, each surviving placeholder is replaced by its real value wherever Python holds it in a
-list or a dict (a namespace, an object's attributes, a container) — the objects eager execution
-would have put there. A placeholder held where it cannot be replaced (a tuple, a function's local
-variable) keeps the hooks until it is collected.
+list or a dict (a namespace, an object's attributes, a container), also inside tuples there
+(``history.append((step, loss))``: the tuple is replaced by one holding the value) — the objects
+eager execution would have put there. A placeholder held where it cannot be replaced (a
+function's local variable, a set, an object without a ``__dict__``) keeps the hooks until it is
+collected.
 """
 
 from __future__ import annotations
@@ -16,24 +18,40 @@ import sys
 
 from ..capture.placeholder import Placeholder
 
+TUPLE_DEPTH = 2  # a tuple holding a placeholder, and a tuple holding that tuple
+
 
 def hand_over(placeholders: list[Placeholder]) -> list[Placeholder]:
     """Replace ``placeholders`` (with values) by their values in the lists and dicts that refer
-    to them; return those still referred to from elsewhere."""
+    to them, directly or through tuples; return those still referred to from elsewhere."""
     done = [ph for ph in placeholders if ph.value is not None]
-    values = {id(ph): ph.value for ph in done}
-    for holder in gc.get_referrers(*done):
-        if holder is done or holder is placeholders:
-            continue
-        if type(holder) is list:
-            for i, x in enumerate(holder):
-                if type(x) is Placeholder and id(x) in values:
-                    holder[i] = values[id(x)]
-        elif type(holder) is dict:
-            for key, x in list(holder.items()):
-                if type(x) is Placeholder and id(x) in values:
-                    holder[key] = values[id(x)]
+    swap = {id(ph): ph.value for ph in done}  # object id -> its replacement
+    olds, keep = list(done), []  # keep: every replaced object stays alive (its id stays unique)
+    for depth in range(TUPLE_DEPTH + 1):
+        ours = {id(placeholders), id(done), id(olds), id(keep)}
+        tuples = [h for h in gc.get_referrers(*olds) if id(h) not in ours and _swap_in(h, swap)]
+        keep += olds
+        olds = [t for t in tuples if depth < TUPLE_DEPTH and id(t) not in swap]
+        for t in olds:
+            swap[id(t)] = tuple(swap.get(id(x), x) for x in t)
+        if not olds:
+            break
+    keep.clear()
     # references left: ``placeholders``, ``done`` (if it has a value), the loop variable and
     # getrefcount's argument
     return [ph for ph in placeholders
-            if sys.getrefcount(ph) > 3 + (id(ph) in values)]
+            if sys.getrefcount(ph) > 3 + (ph.value is not None)]
+
+
+def _swap_in(holder, swap: dict) -> bool:
+    """Replace the swapped objects in ``holder`` if it is a list or a dict; True if it is a
+    tuple (to be replaced where it is held)."""
+    if type(holder) is list:
+        for i, x in enumerate(holder):
+            if id(x) in swap:
+                holder[i] = swap[id(x)]
+    elif type(holder) is dict:
+        for key, x in list(holder.items()):
+            if id(x) in swap:
+                holder[key] = swap[id(x)]
+    return type(holder) is tuple
