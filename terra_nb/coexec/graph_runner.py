@@ -24,13 +24,21 @@ from collections import OrderedDict
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.python.eager import record
+from tensorflow.core.protobuf import config_pb2
+from tensorflow.python.eager import context, record
 
 from .. import capture
 from ..capture.placeholder import Placeholder
 from ..errors import TerraError
 from ..timeline import RunnerSpan
-from .lower import Segment, compile_segment, interpretable, make_segment, run_segment
+from .lower import (
+    Segment,
+    compile_segment,
+    eager_equal_config,
+    interpretable,
+    make_segment,
+    run_segment,
+)
 
 
 class WorkItem:
@@ -228,6 +236,10 @@ class GraphRunner:
     # -- the thread -------------------------------------------------------------------------
 
     def _run(self) -> None:
+        # this thread's function calls (segments, programs) run with the regions' config: no
+        # grappler rewrite that changes values (thread-local, so the user's own calls keep theirs)
+        context.context().function_call_options = context.FunctionCallOptions(
+            config_proto=config_pb2.ConfigProto.FromString(eager_equal_config()))
         idle_since = time.perf_counter()
         while True:
             item = self._queue.get()

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import tensorflow as tf
+from tensorflow.core.protobuf import rewriter_config_pb2
 from tensorflow.python.eager import context, execute
 from tensorflow.python.framework import op_def_library, op_def_registry
-from tensorflow.python.ops import gen_functional_ops
+from tensorflow.python.ops import gen_array_ops, gen_functional_ops
 
 from ..capture.attrs import string_attr
 from ..capture.functions import add_to_graph, function_def, static_outputs
@@ -84,11 +85,22 @@ Rule = Callable[[SegmentOp, list], list]
 lowering_rules: dict[str, Rule] = {}
 
 
+def fusion_barrier(tensor):
+    """``tensor`` unchanged, as a value TensorFlow's oneDNN graph pass cannot see through. The
+    pass fuses a ``BiasAddGrad`` with a ``Conv2DBackpropFilter`` of the same gradient (into
+    ``_MklConv2DBackpropFilterWithBias``), whose bias gradient sums in another order than eager's
+    ``BiasAddGrad`` (7e-5 apart on a 16x8x8x16 gradient). ``EnsureShape``, unlike ``Identity``,
+    is left in place by grappler."""
+    return gen_array_ops.ensure_shape(tensor, tensor.shape)
+
+
 def _op_def_rule(op: SegmentOp, inputs: list) -> list:
     """Build the op from its OpDef, as generated graph-mode wrappers do."""
     op_def = op_def_registry.get(op.op_type)
     if op_def is None:
         raise TerraError(f"terra-nb cannot lower op {op.op_type} into a graph")
+    if op.op_type == "BiasAddGrad":
+        inputs = [fusion_barrier(inputs[0])]
     attrs = dict(op.attrs)
     kwargs = _group_inputs(op_def, attrs, inputs)
     inferred = _inferred(op.op_type, op_def)
@@ -251,6 +263,24 @@ READ_ONLY = frozenset(
 def has_side_effect(op_type: str) -> bool:
     """Whether running ``op_type`` can change state Python may see (variables, RNG, output)."""
     return op_type not in READ_ONLY and op_info(op_type).stateful
+
+
+_CONFIG: list[bytes] = []
+
+
+def eager_equal_config() -> bytes:
+    """The serialized config every compiled function runs with: grappler's arithmetic optimizer
+    off (it re-associates AddN, the gradient terms of a BatchNormalization input, 1 ulp off
+    eager; a GAN amplifies that to 1e-3 in a dozen steps) and its remapper off (its fused
+    MatMul+BiasAdd+Relu turns a NaN into 0 where eager's Relu keeps it)."""
+    if not _CONFIG:
+        config = context.context().config  # a copy
+        config.allow_soft_placement = True
+        rewrites = config.graph_options.rewrite_options
+        rewrites.arithmetic_optimization = rewriter_config_pb2.RewriterConfig.OFF
+        rewrites.remapping = rewriter_config_pb2.RewriterConfig.OFF
+        _CONFIG.append(config.SerializeToString())
+    return _CONFIG[0]
 
 
 NOINLINE = {"_noinline": True}  # tf.function attributes of a function that is never inlined

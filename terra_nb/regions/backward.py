@@ -16,7 +16,7 @@ from tensorflow.python.eager import backprop
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import gen_math_ops
 
-from ..coexec.lower import NOINLINE, eager_attrs
+from ..coexec.lower import NOINLINE, eager_attrs, fusion_barrier
 
 # tape.h FunctionsAcceptingNoneForIndicesMap: these get None, not zeros, for missing out-grads
 ACCEPTS_NONE = {"SoftmaxCrossEntropyWithLogits": {1}, "SparseSoftmaxCrossEntropyWithLogits": {1},
@@ -116,9 +116,13 @@ def _op_grads(region, view: TapeView, p: int, out_grads: list, value) -> list:
     skip = tuple(i for i, k in enumerate(in_keys) if k not in view.on_tape)
     mock = backprop._MockOp(eager_attrs(op.op_type, op.attrs), [value(k) for k in in_keys],
                             [value(("op", p, k)) for k in range(op.n_outputs)], op.op_type, skip)
+    bias_add = op.op_type in ("BiasAdd", "BiasAddV1")
     with tf.name_scope("gradient_tape/"):
-        g = fn(mock, *out_grads)
+        # the bias gradient (a BiasAddGrad) reads its out-grad through a fusion barrier
+        g = fn(mock, *([fusion_barrier(out_grads[0])] if bias_add else out_grads))
     g = list(g) if isinstance(g, (list, tuple)) else [g]
+    if bias_add:  # the input's gradient is the out-grad itself, not the barrier's copy
+        g[0] = out_grads[0]
     return g + [None] * (len(in_keys) - len(g))
 
 

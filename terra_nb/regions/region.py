@@ -14,38 +14,22 @@ import re
 import weakref
 
 import tensorflow as tf
-from tensorflow.core.protobuf import rewriter_config_pb2
 from tensorflow.python import pywrap_tfe
 from tensorflow.python.eager import context, execute, record
 
 from .. import capture
 from ..capture.functions import register
 from ..capture.location import called_from_c_loop
-from ..coexec.lower import Segment, Wire, compile_segment
+from ..coexec.lower import Segment, Wire, compile_segment, eager_equal_config
 from ..trace.tracegraph import RegionCall
 from .backward import build_backward, trainable_dtype
 from .branches import guard_segment
 from .effects import attributes
 from .recording import Recording
 
-_CONFIG: list[bytes] = []
 DECLINED = object()  # Region.run: the call must run its Python (higher-order gradients)
 _HIGHER_ORDER = 2  # TFE_Py_TapeSetPossibleGradientTypes: more than one tape, or a forward one
 _PLUMBING = frozenset({"Const", "Identity", "NoOp"})  # left out of a function's op types
-
-
-def _config() -> bytes:
-    """The functions' config: grappler's arithmetic optimizer off (it re-associates AddN, the
-    gradient terms of a BatchNormalization input, 1 ulp off eager) and its remapper off (its
-    fused MatMul+BiasAdd+Relu turns a NaN into 0 where eager's Relu keeps it)."""
-    if not _CONFIG:
-        config = context.context().config  # a copy
-        config.allow_soft_placement = True
-        rewrites = config.graph_options.rewrite_options
-        rewrites.arithmetic_optimization = rewriter_config_pb2.RewriterConfig.OFF
-        rewrites.remapping = rewriter_config_pb2.RewriterConfig.OFF
-        _CONFIG.append(config.SerializeToString())
-    return _CONFIG[0]
 
 
 class FastCall:
@@ -53,14 +37,14 @@ class FastCall:
     Keeps the ConcreteFunction alive: its function stays registered. Registered with
     ``capture.functions`` (static output specs), so co-execution answers it with placeholders and
     runs it as graph work: a call in a graph segment that is never inlined (``noinline``), so it
-    keeps its own grappler config (``_config``) and its values stay eager's."""
+    keeps its own grappler config (``eager_equal_config``) and its values stay eager's."""
 
     def __init__(self, cf) -> None:
         self.cf, fn = cf, cf._inference_function
         self.name = fn.name.decode() if isinstance(fn.name, bytes) else fn.name
         self.caps = list(cf.captured_inputs)
         self.n_out = len(fn.cached_definition.signature.output_arg)
-        self.attrs = ("executor_type", "", "config_proto", _config())
+        self.attrs = ("executor_type", "", "config_proto", eager_equal_config())
         self._op_types: tuple[str, ...] | None = None
         outputs = cf.structured_outputs  # a list of plain tensors needs no packing (B's usually)
         self._flat = type(outputs) is list and all(isinstance(o, tf.Tensor) for o in outputs)
