@@ -6,8 +6,10 @@ always, and keeps a copy. ``Recording`` turns that copy into ``SegmentOp``s: an 
 (an earlier op's output), ``arg`` (a tensor argument of the call) or ``var`` (a key of
 ``captures``: a variable handle, or a constant baked by value).
 
-A call whose ops the engine answered with placeholders (co-execution) did not run for real: its
-recording is marked ``placeholders`` and never forms a region.
+A call whose ops the engine answered with placeholders (co-execution) is recorded alike: a
+recording reads the ops' types, attrs, wiring and specs, and the values of constants, which a
+placeholder has all of. So a call with new specs (a new sequence length) forms its region while
+the loop co-executes, as in traced iterations.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from tensorflow.python.framework import op_def_registry
 from .. import capture
 from ..capture import hooks
 from ..capture.attrs import complete_attrs, input_dtypes, split_call
-from ..capture.placeholder import Placeholder
 from ..capture.recorder import flatten
 from ..capture.signature import op_type_of
 from ..coexec.call_args import SHAPE_OPS
@@ -40,7 +41,6 @@ class RecordingTee:
         self.inner = inner
         self.raw: list[tuple] = []  # (op type, args, attrs, outputs, tape paused)
         self.fetched: list = []
-        self.placeholders = False  # an op was answered with (or read) a placeholder
 
     def run_op(self, run, op_name, args, attrs, frame):
         inner = self.inner
@@ -66,9 +66,6 @@ class RecordingTee:
         return outputs
 
     def _record(self, op_name, args, attrs, outputs) -> None:
-        if not self.placeholders:
-            flat = flatten(outputs) + flatten(list(args))
-            self.placeholders = any(type(t) is Placeholder for t in flat)
         self.raw.append((op_type_of(op_name), args, attrs, outputs,
                          pywrap_tfe.TFE_Py_TapeSetIsStopped()))
 

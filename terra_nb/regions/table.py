@@ -287,9 +287,6 @@ class _TracedCall:
 
     def finish(self, result) -> None:
         regions, row, key = self.regions, self.row, self.key
-        if self.tee.placeholders:  # co-executed op by op: nothing ran for real
-            row.note("traced while co-executing (answered with placeholders)")
-            return
         rec = Recording(self.tee, self.tensors, result)
         effects = self.probe.effects + side_outputs(self.obj, result)
         effects += [f"value read ({len(rec.reads)} tensors)"] * bool(rec.reads)

@@ -480,3 +480,30 @@ def test_metric_update_state_forms_a_region(mode):
     for name in ("SparseCategoricalAccuracy.update_state", "Mean.update_state"):
         assert formed(terra, name).hits >= 6, terra.regions
     assert not rows(terra, "Mean.result")
+
+
+def alternating_batches_program(loop):
+    """Batch 16 for 20 steps, then 16 and 8 alternating: the size-8 calls come long after the
+    loop settled into co-execution."""
+    model, opt = sequential(), keras.optimizers.Adam(1e-2)
+    lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    out = []
+    for x, y in loop(data(40, sizes={i: 8 for i in range(21, 40, 2)})):
+        with tf.GradientTape() as tape:
+            loss = lossf(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        out.append(float(loss))
+    return out, state_of(model, opt)
+
+
+def test_new_specs_form_regions_while_co_executing():
+    """A call with new specs is recorded from its co-executed runs (answered with placeholders):
+    its regions form without tracing iterations, bit-identical to eager."""
+    terra, _, _ = compare(alternating_batches_program, OPTIONS["coexec"], at_least=0.75)
+    model_rows = [r for r in rows(terra, "Sequential.__call__") if r.state == "formed"]
+    assert len(model_rows) == 2 and all(r.hits >= 5 for r in model_rows), str(terra.regions)
+    assert len([r for r in rows(terra, LOSS) if r.state == "formed"]) == 2
+    assert formed(terra, "Adam.apply_gradients").hits >= 30  # its specs never change
+    tail = terra.stats[30:]
+    assert [s.phase for s in tail] == ["coexec"] * len(tail)  # from then on every call hits
