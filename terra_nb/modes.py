@@ -337,7 +337,10 @@ class CoexecEngine:
         self.runner.drain()
 
     def close(self) -> None:
-        with self._hold:
+        # A Ctrl-C during the clean-up is raised once it is done: one landing inside the
+        # ExitStack between popping a callback and calling it would skip that callback (the
+        # SIGINT handler or the capture hooks would stay installed for good).
+        with self.critical(), self._hold:
             self.runner.close()
 
     @property

@@ -47,13 +47,21 @@ def _written() -> list[type]:
 
 
 _MISSING = object()
+_SCALARS = (bool, int, float, str)
+
+
+def _changes(old, new) -> bool:
+    """Whether assigning ``new`` over ``old`` changes the attribute. Keras assigns ``built`` and
+    ``_called`` again on every call (the same object); a loop may assign a scheduled float that
+    stopped changing (an equal new object): neither is a change."""
+    if old is new:
+        return False
+    return not (type(old) is type(new) and type(new) in _SCALARS and old == new)
 
 
 def _counting(original):
     def __setattr__(self, name, value):  # noqa: N807 - it replaces __setattr__
-        # Keras assigns ``built`` and ``_called`` again on every call: the same object is no
-        # change
-        if getattr(self, "__dict__", {}).get(name, _MISSING) is not value:
+        if _changes(getattr(self, "__dict__", {}).get(name, _MISSING), value):
             count_write(self)
         original(self, name, value)
 

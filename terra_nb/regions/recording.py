@@ -112,7 +112,7 @@ class Recording:
         """Reads of shape-derived values (Keras' Dropout reads its noise shape) are fixed by the
         guard's input specs; boolean scalars made by the call's ops are its branch decisions
         (``branches.py``: op position, output, value); any other read is an effect."""
-        self.reads, self.branches = [], []
+        self.reads, self.branches = 0, []  # a count: a recording keeps no tensor alive
         for t in fetched:
             made = self._made.get(t._id)
             if made is not None and made[0] in self._shape_derived:
@@ -120,7 +120,7 @@ class Recording:
             if made is not None and t.dtype == tf.bool and t.shape.rank == 0:
                 self.branches.append((*made, bool(t.numpy())))
             else:
-                self.reads.append(t)
+                self.reads += 1
 
     def _add_op(self, p: int, op_type: str, call_args, raw_attrs, outputs) -> None:
         inputs, attrs = split_call(op_type, call_args, raw_attrs)

@@ -289,7 +289,7 @@ class _TracedCall:
         regions, row, key = self.regions, self.row, self.key
         rec = Recording(self.tee, self.tensors, result)
         effects = self.probe.effects + side_outputs(self.obj, result)
-        effects += [f"value read ({len(rec.reads)} tensors)"] * bool(rec.reads)
+        effects += [f"value read ({rec.reads} tensors)"] * bool(rec.reads)
         before = self.before
         if rec.created_vars or regions.state(self.objs, writes=False) != before:
             effects.append("variable created" if regions.epoch != before[1] or rec.created_vars

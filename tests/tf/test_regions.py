@@ -507,3 +507,24 @@ def test_new_specs_form_regions_while_co_executing():
     assert formed(terra, "Adam.apply_gradients").hits >= 30  # its specs never change
     tail = terra.stats[30:]
     assert [s.phase for s in tail] == ["coexec"] * len(tail)  # from then on every call hits
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_schedule_that_settles_is_no_guard_miss(mode):
+    """The loop assigns ``dropout.rate`` every step from a schedule that ramps for six steps and
+    then stays: each assignment is a new float object, equal from step 6 on. Equal values are
+    no change: the region forms once the schedule settles and is hit every step after."""
+
+    def program(loop):
+        model = sequential("dropout")
+        lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        out = []
+        for i, (x, y) in enumerate(loop(data(24))):
+            model.layers[1].rate = 0.5 - 0.05 * min(i, 6) / 3.0  # a new object every step
+            out.append(float(lossf(y, model(x, training=True))))
+        return out, state_of(model)
+
+    terra, _, _ = compare(program, OPTIONS[mode], at_least=0.3)
+    formed_rows = [r for r in rows(terra, "Sequential.__call__") if r.state == "formed"]
+    assert formed_rows and formed_rows[-1].hits >= 12 and formed_rows[-1].misses == 0, \
+        str(terra.regions)
