@@ -1,6 +1,7 @@
-"""A paper program under co-execution with regions equals eager (found by the paper harness
-with regions, its default): SDPoint keeps its model call op by op (it reads a shape) and forms an SGD
-region; the loop keeps tracing while regions form, right after co-executed iterations."""
+"""A paper program under co-execution with regions equals eager (found by the paper harness,
+whose Terra modes use regions by default): SDPoint keeps its model call op by op (it reads a
+shape) and forms an SGD region; the loop keeps tracing while regions form, right after
+co-executed iterations."""
 
 from __future__ import annotations
 
