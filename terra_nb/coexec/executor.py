@@ -91,9 +91,11 @@ class KeptPlaceholders:
 
     Held weakly; pruned when the list doubles, so a long loop does not pile up references."""
 
+    prune_from = 512  # references held before the first pruning
+
     def __init__(self) -> None:
         self._refs: list[weakref.ref] = []
-        self._limit = 512
+        self._limit = self.prune_from
 
     def add(self, placeholders: list[Placeholder]) -> None:
         self._refs.extend(weakref.ref(ph) for ph in placeholders)
@@ -105,7 +107,7 @@ class KeptPlaceholders:
                         and item.error is None:
                     ph.item = None
             self._refs = [weakref.ref(ph) for ph in alive]
-            self._limit = max(512, 2 * len(alive))
+            self._limit = max(self.prune_from, 2 * len(alive))
 
     def alive(self) -> list[Placeholder]:
         return [ph for ref in self._refs if (ph := ref()) is not None]

@@ -276,3 +276,29 @@ def test_the_compiled_cache_keeps_only_the_most_recent_segments(monkeypatch):
     assert "coexec" in [s.phase for s in terra.stats]
     assert 0 < len(terra.programs) <= 2
     assert_coexecuted(terra, last=10)
+
+
+@pytest.mark.parametrize("mode", ["lazy", "coexec"])
+def test_a_read_value_whose_work_item_was_pruned_meanwhile(monkeypatch, mode):
+    """Reading ``a`` flushes the ops up to it, then the rest; in lazy mode ``a`` is computed by
+    then, and the second flush prunes the kept placeholders (here on every flush): ``a`` keeps
+    its value, not its work item, and the read returns that value (it raised "not kept")."""
+    from terra_nb.coexec.executor import KeptPlaceholders
+
+    monkeypatch.setattr(KeptPlaceholders, "prune_from", 0)
+
+    def body(loop):
+        w, out, kept = tf.Variable([1.0, 2.0]), [], []
+        for _ in loop(range(6)):
+            a = tf.reduce_sum(w * 2.0)
+            b = a + 1.0  # pending after a when a is read
+            kept.append(b)
+            out.append(float(a))
+            w.assign_add([1.0, 1.0])
+        return out, [float(b) for b in kept]
+
+    eager = body(lambda it: it)
+    with Terra(mode=mode) as terra:
+        co = body(terra.loop)
+    assert co == eager
+    assert_coexecuted(terra, last=3)
