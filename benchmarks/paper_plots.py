@@ -21,6 +21,7 @@ def plot_speedup(document: dict, path: Path) -> Path:
     programs = document["programs"]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(programs)), 3.8))
     width = 0.8 / len(SPEEDUP_MODES)
+    labelled: set[str] = set()  # a mode's first bar carries its legend entry
     for k, mode in enumerate(SPEEDUP_MODES):
         for x, program in enumerate(programs):
             entry = program["modes"][mode]
@@ -31,10 +32,10 @@ def plot_speedup(document: dict, path: Path) -> Path:
                         fontsize=7, color=COLOURS[mode], transform=ax.get_xaxis_transform())
                 continue
             ax.bar(left, entry["ratio_to_eager"], width, align="edge", color=COLOURS[mode],
-                   label=mode if x == 0 else None)
-    for mode in SPEEDUP_MODES:  # a legend entry even when no program has a bar for a mode
-        if not any(p["modes"][mode]["ratio_to_eager"] is not None for p in programs):
-            ax.bar(0, 0, color=COLOURS[mode], label=mode)
+                   label=None if mode in labelled else mode)
+            labelled.add(mode)
+    for mode in [m for m in SPEEDUP_MODES if m not in labelled]:  # a legend entry all the same
+        ax.bar(0, 0, color=COLOURS[mode], label=mode)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(programs)), [p["name"] for p in programs], rotation=30, ha="right")
     ax.set_ylabel("speed-up over eager")
