@@ -118,6 +118,15 @@ def state_of(*objects) -> list[np.ndarray]:
     return [v.numpy() for obj in objects for v in obj.variables]
 
 
+def step(net, opt, lossf, x, y):
+    """One training step: the model call and its loss under a tape, the update; the loss."""
+    with tf.GradientTape() as tape:
+        loss = lossf(y, net(x, training=True))
+    grads = tape.gradient(loss, net.trainable_variables)
+    opt.apply_gradients(zip(grads, net.trainable_variables))
+    return loss
+
+
 def training(model: str = "sequential", optimizer: str = "adam", steps: int = 16,
              batches: list | None = None):
     """A plain training loop: model call, loss, gradient, ``apply_gradients``, float(loss)."""

@@ -23,6 +23,7 @@ from region_programs import (
     rows,
     sequential,
     state_of,
+    step,
     token_data,
     training,
 )
@@ -152,11 +153,7 @@ def guard_miss_program(loop):
     out = []
     for i, (x, y) in enumerate(loop(data(30, sizes={15: 8}))):
         net = other if i in (10, 11) else model
-        with tf.GradientTape() as tape:
-            loss = lossf(y, net(x, training=True))
-        grads = tape.gradient(loss, net.trainable_variables)
-        opts[id(net)].apply_gradients(zip(grads, net.trainable_variables))
-        out.append(float(loss))
+        out.append(float(step(net, opts[id(net)], lossf, x, y)))
         if i % 8 == 7:
             out.append(float(tf.reduce_sum(model(x, training=False))))
     return out, state_of(model, other, *opts.values())
@@ -385,11 +382,7 @@ def _two_runs(between=None):
             if k and between is not None:
                 between(net)
             for x, y in loop(batches[6 * k:6 * k + 6]):
-                with tf.GradientTape() as tape:
-                    loss = lossf(y, net(x, training=True))
-                grads = tape.gradient(loss, net.trainable_variables)
-                opt.apply_gradients(zip(grads, net.trainable_variables))
-                losses.append(float(loss))
+                losses.append(float(step(net, opt, lossf, x, y)))
         return losses, state_of(net, opt)
 
     plain, plain_state = train([lambda it: it] * 2)
@@ -489,11 +482,7 @@ def alternating_batches_program(loop):
     lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     out = []
     for x, y in loop(data(40, sizes={i: 8 for i in range(21, 40, 2)})):
-        with tf.GradientTape() as tape:
-            loss = lossf(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        out.append(float(loss))
+        out.append(float(step(model, opt, lossf, x, y)))
     return out, state_of(model, opt)
 
 
