@@ -188,10 +188,9 @@ def name_of(name) -> str:
     return name.decode() if type(name) is bytes else name
 
 
-def with_output_counts(op_type: str, attrs: tuple, passed: tuple) -> tuple:
-    """Normalised ``attrs`` with the output counts (``output_count_attrs``) a call passed (its
-    attrs as name/value pairs, as in its signature)."""
-    counts = output_count_attrs(_op_def(op_type))
+def with_output_counts(attrs: tuple, passed: tuple, counts: frozenset[str]) -> tuple:
+    """Normalised ``attrs`` with the output counts ``counts`` (``output_count_attrs``) as a call
+    passed them (its attrs as name/value pairs, as in its signature)."""
     if not counts:
         return attrs
     full = dict(attrs)

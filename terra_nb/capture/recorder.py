@@ -51,10 +51,13 @@ class TraceRecorder:
             self._attempt = None
         self._raw.append((op_name, args, attrs, outputs, loc, attempt, self._context.device_name))
 
-    def record(self, op_name, args, attrs, outputs, loc: int) -> None:
-        """Log one executed op (``outputs`` may be TensorRefs)."""
+    def record(self, op_name, args, attrs, outputs, loc: int, device: str | None = None) -> None:
+        """Log one executed op (``outputs`` may be TensorRefs); ``device``: its tf.device scope,
+        when the caller read it already (else read here)."""
         attempt, self._attempt = self._attempt, None
-        self._raw.append((op_name, args, attrs, outputs, loc, attempt, self._context.device_name))
+        if device is None:
+            device = self._context.device_name
+        self._raw.append((op_name, args, attrs, outputs, loc, attempt, device))
 
     def on_fast_fallback(self, op_name, args, frame) -> None:
         """The fast path refused the call; the same op comes next through the slow path."""

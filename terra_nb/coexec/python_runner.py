@@ -268,7 +268,7 @@ class PythonRunner:
                 sibling.op_type, op_attrs, inputs)
         if op_attrs is None or specs is None:
             return None
-        op_attrs = with_output_counts(sibling.op_type, op_attrs, sig[2])  # unstack's num
+        op_attrs = with_output_counts(op_attrs, sig[2], op_info(sibling.op_type).count_attrs)
         outputs = infer_outputs(sibling, op_attrs, specs, sig)
         if outputs is UNKNOWN:  # a known call whose output shapes are data: it runs for real
             return self.index.add(sig, RUN_FOR_REAL)
@@ -318,7 +318,7 @@ class PythonRunner:
             return self._trace_op(run, op_name, args, attrs, loc)
         self.lane.feeds += fed  # after the call: a flush inside it counts feeds too
         self.path.append(node)
-        self.log.record(op_name, light_args(args), attrs, [TensorRef(o) for o in outs], loc)
+        self.log.record(op_name, light_args(args), attrs, list(map(TensorRef, outs)), loc, device)
         # a function call (slow path: attrs given) is taped by its caller, as in eager
         if record.could_possibly_record() and not (attrs and op_info(entry.op_type).function):
             execute.record_gradient(entry.op_type, tape_inputs(flat, entry), entry.flat_attrs, outs)
