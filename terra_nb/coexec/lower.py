@@ -57,7 +57,7 @@ class SegmentOp:
 @dataclass(frozen=True, slots=True)
 class Segment:
     ops: tuple[SegmentOp, ...]
-    args: tuple[tuple[str, tuple[int, ...]], ...]  # (dtype name, shape) per argument
+    args: tuple[tuple[str, tuple[int | None, ...]], ...]  # (dtype name, shape) per argument
     returns: tuple[tuple[int, int], ...]  # (op position, output index)
 
     def __str__(self) -> str:
@@ -289,14 +289,17 @@ _CONFIG: list[bytes] = []
 def eager_equal_config() -> bytes:
     """The serialized config every compiled function runs with: grappler's arithmetic optimizer
     off (it re-associates AddN, the gradient terms of a BatchNormalization input, 1 ulp off
-    eager; a GAN amplifies that to 1e-3 in a dozen steps) and its remapper off (its fused
-    MatMul+BiasAdd+Relu turns a NaN into 0 where eager's Relu keeps it)."""
+    eager; a GAN amplifies that to 1e-3 in a dozen steps), its remapper off (its fused
+    MatMul+BiasAdd+Relu turns a NaN into 0 where eager's Relu keeps it) and its constant folding
+    off (it turns a division by a constant into a multiplication by its reciprocal: the gradient
+    of a mean over 6 values is 1 ulp off eager's)."""
     if not _CONFIG:
         config = context.context().config  # a copy
         config.allow_soft_placement = True
         rewrites = config.graph_options.rewrite_options
         rewrites.arithmetic_optimization = rewriter_config_pb2.RewriterConfig.OFF
         rewrites.remapping = rewriter_config_pb2.RewriterConfig.OFF
+        rewrites.constant_folding = rewriter_config_pb2.RewriterConfig.OFF
         _CONFIG.append(config.SerializeToString())
     return _CONFIG[0]
 

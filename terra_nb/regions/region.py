@@ -27,7 +27,7 @@ from .branches import guard_segment
 from .effects import attributes
 from .recording import Recording
 
-DECLINED = object()  # Region.run: the call must run its Python (higher-order gradients)
+DECLINED = object()  # Region.run: the call must run its Python (higher order, no compile)
 _HIGHER_ORDER = 2  # TFE_Py_TapeSetPossibleGradientTypes: more than one tape, or a forward one
 _PLUMBING = frozenset({"Const", "Identity", "NoOp"})  # left out of a function's op types
 
@@ -104,8 +104,10 @@ class Region:
         self.float_args = tuple(i for i, (dt, _) in enumerate(rec.args) if trainable_dtype(dt))
         self.outs = [w for w in rec.out_wires if isinstance(w, Wire) and w.kind == "op"]
         self.single = len(rec.out_wires) == 1 and not tf.nest.is_nested(rec.out_struct)
+        # F alone is compiled on the first call no tape records: a model called only under a
+        # tape (training) never needs it, only F with the values B reads
+        self.forward: FastCall | None = None
         with capture.bypass():
-            self.forward = self._forward(())
             segment = guard_segment(rec) if rec.branches else None
             self.branch_guard = None if segment is None else FastCall(compile_segment(
                 segment, rec.captures, noinline=True, name=self.label + "_guard"))
@@ -144,11 +146,26 @@ class Region:
             return "resource" if key[1] in self.rec.handles else self.rec.consts[key[1]].dtype.name
         return self.spec[key][0]
 
-    def _forward(self, saved: list) -> FastCall:
+    def compile_forward(self, saved: tuple = (), any_shape: bool = False) -> FastCall:
+        """F returning the call's outputs and the ``saved`` op outputs; ``any_shape``: for
+        arguments of any shape (of their rank), as ``families`` shares it."""
         returns = tuple((w.index, w.output) for w in self.outs) + tuple(saved)
-        segment = Segment(tuple(self.rec.ops), self.rec.args, returns)
+        args = self.rec.args
+        if any_shape:
+            args = tuple((dtype, (None,) * len(shape)) for dtype, shape in args)
+        segment = Segment(tuple(self.rec.ops), args, returns)
         return FastCall(compile_segment(segment, self.rec.captures, noinline=True,
                                         name=self.label + "_forward"))
+
+    def _plain(self) -> FastCall | None:
+        """F, compiled on first use; None (``broken`` says why) if it cannot be."""
+        if self.forward is None and self.broken is None:
+            try:
+                with capture.bypass():
+                    self.forward = self.compile_forward()
+            except Exception as error:  # noqa: BLE001 - the call then runs its Python
+                self.broken = f"cannot compile the call: {error}"
+        return self.forward
 
     def _backward(self, watched: tuple) -> tuple | None:
         """F with the values B reads, and B; None (``broken`` says why) if B cannot be built."""
@@ -158,7 +175,7 @@ class Region:
                 with capture.bypass():
                     cf, used = build_backward(self, watched)
                     saved_ops = [k[1:] for k in used if k[0] == "op"]
-                    hit = self._forward(saved_ops), FastCall(cf), used, len(saved_ops)
+                    hit = self.compile_forward(tuple(saved_ops)), FastCall(cf), used, len(saved_ops)
             except Exception as error:  # noqa: BLE001 - the call then runs its Python
                 self.broken = f"cannot build the backward function: {error}"
                 return None
@@ -178,12 +195,12 @@ class Region:
             inputs = [args[i] for i in watched] + self.t_handles
             if taped and pywrap_tfe.TFE_Py_TapeSetPossibleGradientTypes(inputs) == _HIGHER_ORDER:
                 return DECLINED
-        built = self._backward(watched) if taped else None
-        if taped and built is None:
+        built = self._backward(watched) if taped else self._plain()
+        if built is None:
             return DECLINED
         self.hits += 1
         if not taped:
-            flat = self.forward(*args)
+            flat = built(*args)
         else:
             forward, backward, used, n_saved = built
             flat = forward(*args)
@@ -207,7 +224,7 @@ class Region:
         def entry(fn: FastCall, kind: str, ops: tuple[str, ...]) -> RegionCall:
             return RegionCall(fn.name, self.name, kind, source, call, ops)
 
-        out = [entry(self.forward, "forward", recorded)]
+        out = [] if self.forward is None else [entry(self.forward, "forward", recorded)]
         for forward, backward, _, _ in self.backwards.values():
             out += [entry(forward, "forward", recorded),
                     entry(backward, "backward", backward.op_types())]

@@ -26,6 +26,7 @@ from ..capture.location import is_user_code
 from ..capture.placeholder import Placeholder
 from ..trace.tracegraph import RegionCall
 from .effects import EffectProbe, attributes, layers_of, objects_of, side_outputs, writes_to
+from .families import Families, family_key
 from .recording import Recording, RecordingTee
 from .region import DECLINED, Region
 from .summary import RegionRow, RegionSummary
@@ -118,6 +119,7 @@ class Regions:
         self.epoch = 0  # variables created in the loop's thread
         self.changed = False  # a call was traced on its way to a region, or one formed
         self.dropped: dict[str, RegionCall] = {}  # the functions of regions no longer formed
+        self.families = Families()
 
     def state(self, objs: list, writes: bool = True) -> tuple:
         """Of ``objs`` (an object and its sublayers): the layers' trainable flags; the variable
@@ -153,6 +155,7 @@ class Regions:
                 self._drop(key)
             else:
                 region.state = self.state(objs)
+        self.families.forget({id(region.obj) for region in self.table.values()})
 
     def _drop(self, key: tuple) -> None:
         """The region of ``key`` is no longer answered; its functions stay named."""
@@ -201,8 +204,8 @@ class Regions:
             if result is not DECLINED:
                 row.hits += 1
                 return result
-            # B is not differentiable: a call under two tapes (a GAN's) or one whose B cannot be
-            # built runs its Python from now on
+            # B is not differentiable: a call under two tapes (a GAN's), or one whose F or B
+            # cannot be compiled, runs its Python from now on
             self._refuse_for_good(row, region.broken or (
                 "called while two gradient tapes record (a GAN step, a higher-order gradient): "
                 "the backward function is not differentiable"))
@@ -255,6 +258,7 @@ class Regions:
         if not region.guarded_branches:
             row.refuse("value read: a branch decided after the call changed a variable")
             return
+        self.families.join(family_key(obj, key[1], rec), region)
         region.watch(objs)
         region.state = self.state(objs)
         self.table[key] = region
@@ -297,7 +301,9 @@ class _TracedCall:
         prev = regions.pending.pop(key, None)
         if effects:
             row.refuse("; ".join(effects))
-        elif prev is not None and prev.key() == rec.key():
+        elif (prev is not None and prev.key() == rec.key()) or regions.families.shared(
+                family_key(self.obj, key[1], rec)):
+            # a call of a family with a shared F needs no second run: its ops are the family's
             regions.form(key, row, self.obj, rec, self.objs, self.args)
         else:
             if len(regions.pending) >= MAX_PENDING:

@@ -1,0 +1,75 @@
+"""Compiled graphs give eager's bits: no graph rewrite may change a value.
+
+- TensorFlow's oneDNN graph pass (on by default on x86) fuses a ``BiasAddGrad`` with the
+  ``Conv2DBackpropFilter`` of the same gradient, and the fused kernel sums the bias gradient in
+  another order than eager's ``BiasAddGrad``: 1e-8 on an Adam moment at first, 2e-3 on a GAN's
+  weights twenty steps later. Neither kind of compiled function lets the pass see the pair.
+- Grappler's constant folding turns a division by a constant into a multiplication by its
+  reciprocal: ``x / 6`` (the gradient of a mean over 6 values, attention's scaling) is 1 ulp off
+  eager's. Compiled functions run without it (``lower.eager_equal_config``).
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from what_ran import assert_coexecuted
+
+from terra_nb import Terra
+
+pytest.importorskip("tensorflow")
+
+
+def train(loop, n: int = 8) -> list[np.ndarray]:
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(8, 3, 2, padding="same"),
+                              keras.layers.LeakyReLU(0.2), keras.layers.Flatten(),
+                              keras.layers.Dense(1)])
+    opt = keras.optimizers.Adam(1e-2)
+    rng = np.random.default_rng(0)
+    for _ in loop(range(n)):
+        x = rng.normal(size=(16, 8, 8, 1)).astype("float32")
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True)))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        float(loss)
+    return [v.numpy() for v in model.variables + opt.variables]
+
+
+@pytest.mark.parametrize("regions", [False, True])
+def test_a_conv_layer_with_bias_trains_to_eager_bits(regions):
+    eager = train(lambda it: it)
+    with Terra(regions=regions) as terra:
+        co = train(terra.loop)
+    assert_coexecuted(terra, last=3)
+    assert bool(terra.regions.rows) == regions  # the model call and the optimizer, or none
+    for a, b in zip(eager, co):
+        np.testing.assert_array_equal(a, b)
+
+
+def divide_by_constants(loop, n: int = 6) -> list[np.ndarray]:
+    """A mean over 6 and over 9 values and its gradient, and a division by 6 (not a power of
+    two: its reciprocal is inexact)."""
+    v = tf.Variable(np.random.default_rng(1).normal(size=(4, 8)).astype("float32"))
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in loop(range(n)):
+        x = tf.constant(rng.normal(size=(4, 6, 8)).astype("float32"))
+        with tf.GradientTape() as tape:
+            h = tf.reduce_mean(x * v[:, None, :], axis=1) / 6.0
+            loss = tf.reduce_sum(h * h) + tf.reduce_mean(tf.tile(h, [1, 9]))
+        (grad,) = tape.gradient(loss, [v])
+        v.assign_sub(0.1 * grad)
+        out.append(float(loss))
+    return out + [v.numpy()]
+
+
+@pytest.mark.parametrize("program", ["segments", "whole"])
+def test_a_division_by_a_constant_keeps_eager_bits(program):
+    eager = divide_by_constants(lambda it: it)
+    with Terra(program=program) as terra:
+        co = divide_by_constants(terra.loop)
+    assert_coexecuted(terra, last=3)
+    assert co[:-1] == eager[:-1]
+    np.testing.assert_array_equal(co[-1], eager[-1])
