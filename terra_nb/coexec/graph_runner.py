@@ -237,7 +237,7 @@ class GraphRunner:
 
     def _run(self) -> None:
         # this thread's function calls (segments, programs) run with the regions' config: no
-        # grappler rewrite that changes values (thread-local, so the user's own calls keep theirs)
+        # grappler, as in eager (thread-local, so the user's own calls keep theirs)
         context.context().function_call_options = context.FunctionCallOptions(
             config_proto=config_pb2.ConfigProto.FromString(eager_equal_config()))
         idle_since = time.perf_counter()
