@@ -170,24 +170,21 @@ def _result(region, watched_args: tuple, grads: dict) -> list:
 
 
 def build_backward(region, watched_args: tuple):
-    """B for ``watched_args``, traced twice: the first trace shows which forward values B really
-    reads. Returns (B's concrete function, the keys of the values it reads)."""
+    """B for ``watched_args``, traced once with every forward value it might read as an input.
+    Returns (B's concrete function, those values' keys, the keys of the ones it really reads):
+    the caller passes a filler for each value B does not read, so F need not keep it."""
     view = tape_view(region, watched_args)
     ops = region.rec.ops
-    cand = sorted({wire_key(w) for p in view.in_set for w in ops[p].inputs if w.kind != "var"}
+    keys = sorted({wire_key(w) for p in view.in_set for w in ops[p].inputs if w.kind != "var"}
                   | {("op", p, k) for p in view.in_set for k in range(ops[p].n_outputs)},
                   key=lambda k: (k[0] != "op", k[1:]))  # op outputs first, then args
-    gy_specs = [tf.TensorSpec(region.spec[wire_key(w)][1], region.spec[wire_key(w)][0])
-                for w in region.outs]
-
-    def trace(keys):
-        specs = [tf.TensorSpec(region.spec[k][1], region.spec[k][0]) for k in keys] + gy_specs
-        body = backward_body(region, watched_args, keys)
-        body.__name__ = region.label + "_backward"
-        # not inlined where it is called (a graph segment): it keeps its own grappler config
-        function = tf.function(body, autograph=False, experimental_attributes=NOINLINE)
-        return function.get_concrete_function(*specs)
-
-    probe = trace(cand)
-    used = [k for k, ph in zip(cand, probe.graph.inputs) if ph.consumers()]
-    return trace(used), used
+    specs = [tf.TensorSpec(region.spec[k][1], region.spec[k][0]) for k in keys]
+    specs += [tf.TensorSpec(region.spec[wire_key(w)][1], region.spec[wire_key(w)][0])
+              for w in region.outs]
+    body = backward_body(region, watched_args, keys)
+    body.__name__ = region.label + "_backward"
+    # not inlined where it is called (a graph segment): it keeps its own config
+    cf = tf.function(body, autograph=False, experimental_attributes=NOINLINE
+                     ).get_concrete_function(*specs)
+    used = [k for k, ph in zip(keys, cf.graph.inputs) if ph.consumers()]
+    return cf, keys, used

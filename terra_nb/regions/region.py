@@ -79,6 +79,16 @@ def _gradient(backward: FastCall, saved: list, *out_grads):
 called_from_c_loop(_gradient.__code__)  # the tape calls it: B calls in a row are no user loop
 
 
+_UNFILLABLE = ("resource", "variant")
+
+
+@functools.cache
+def _filler(dtype: str):
+    """A scalar of ``dtype``, passed to B for a forward value B does not read."""
+    with capture.bypass():
+        return tf.zeros((), dtype)
+
+
 class Region:
     """F(args) -> outputs (+ the forward values B reads). B(saved, out_grads) -> gradients of
     [watched args, trainable variable handles]."""
@@ -91,7 +101,7 @@ class Region:
         self.label = "region_" + re.sub(r"\W+", "_", name.replace("__", ""))
         self.hits = 0
         self.broken: str | None = None  # why B cannot be built
-        self.backwards: dict = {}  # watched args -> (F, B, saved keys, number of saved outputs)
+        self.backwards: dict = {}  # watched args -> (F with saved values, B, B's saved inputs)
         self.spec = {("op",) + pk: s for pk, s in rec.out_specs.items()}
         self.spec.update({("arg", i): a for i, a in enumerate(rec.args)})
         self.trainable = {}  # capture key -> tf.Variable
@@ -173,14 +183,29 @@ class Region:
         if hit is None and self.broken is None:
             try:
                 with capture.bypass():
-                    cf, used = build_backward(self, watched)
-                    saved_ops = [k[1:] for k in used if k[0] == "op"]
-                    hit = self.compile_forward(tuple(saved_ops)), FastCall(cf), used, len(saved_ops)
+                    cf, keys, used = build_backward(self, watched)
+                    # a handle or variant has no scalar filler: F keeps it, read or not
+                    used = [k for k in keys if k in used or self.spec[k][0] in _UNFILLABLE]
+                    saved_ops = tuple(k[1:] for k in used if k[0] == "op")
+                    hit = self.compile_forward(saved_ops), FastCall(cf), self._saved(keys, used)
             except Exception as error:  # noqa: BLE001 - the call then runs its Python
                 self.broken = f"cannot build the backward function: {error}"
                 return None
             self.backwards[watched] = hit
         return hit
+
+    def _saved(self, keys: list, used: list) -> list[tuple]:
+        """Where each of B's saved inputs comes from: ``("op", j)`` F's j-th saved output,
+        ``("arg", i)`` the call's argument i, ``("fill", t)`` a scalar filler ``t`` (B does not
+        read that value: F does not keep it)."""
+        saved_ops = [k for k in used if k[0] == "op"]
+        where = []
+        for k in keys:
+            if k not in used:
+                where.append(("fill", _filler(self.spec[k][0])))
+            else:
+                where.append(("op", saved_ops.index(k)) if k[0] == "op" else ("arg", k[1]))
+        return where
 
     def run(self, args: list):
         """A hit: the object's Python does not run. ``DECLINED`` when the gradient may be
@@ -202,11 +227,12 @@ class Region:
         if not taped:
             flat = built(*args)
         else:
-            forward, backward, used, n_saved = built
+            forward, backward, where = built
             flat = forward(*args)
             n = len(self.outs)
             outs = flat[:n]
-            saved = list(flat[n:n + n_saved]) + [args[k[1]] for k in used if k[0] == "arg"]
+            saved = [flat[n + j] if kind == "op" else args[j] if kind == "arg" else j
+                     for kind, j in where]
             record.record_operation("TerraRegion", outs, [args[i] for i in watched]
                                     + self.t_handles, functools.partial(_gradient, backward, saved))
         it = iter(flat or ())
@@ -225,7 +251,7 @@ class Region:
             return RegionCall(fn.name, self.name, kind, source, call, ops)
 
         out = [] if self.forward is None else [entry(self.forward, "forward", recorded)]
-        for forward, backward, _, _ in self.backwards.values():
+        for forward, backward, _ in self.backwards.values():
             out += [entry(forward, "forward", recorded),
                     entry(backward, "backward", backward.op_types())]
         if self.branch_guard is not None:
