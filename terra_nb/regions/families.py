@@ -14,6 +14,7 @@ the recording's shapes, as eager backprop sees them.
 from __future__ import annotations
 
 from ..capture.functions import static_outputs
+from ..coexec.lower import Wire
 from .recording import Recording
 from .region import FastCall, Region
 
@@ -41,21 +42,22 @@ class Families:
         shared = self._shared.get(key)
         return shared if isinstance(shared, FastCall) else None
 
-    def join(self, key: tuple, region: Region) -> None:
-        """``region`` formed in family ``key``: from its second shape on, it answers with the
-        family's shared F (compiled now, once)."""
+    def join(self, key: tuple, region: Region) -> bool:
+        """``region`` formed in family ``key``; whether it answers with the family's F, compiled
+        now, once, when the family sees its second shape, or at its first when no output of the
+        call is computed from its arguments (an optimizer's update: its outputs cannot follow
+        their shapes, so one F serves every shape and a new shape is no new op)."""
         first = self._first.setdefault(key, region.rec.args)
         if len(self._first) > MAX_FAMILIES:
             oldest = next(iter(self._first))
             del self._first[oldest]
             self._shared.pop(oldest, None)
-        if first == region.rec.args or self._shared.get(key) is False:
-            return
         shared = self._shared.get(key)
-        if shared is None:
+        if shared is None and (first != region.rec.args or not _outputs_from_args(region.rec)):
             shared = self._shared[key] = _any_shape(region) or False
         if shared:
             region.forward = shared
+        return bool(shared)
 
     def forget(self, obj_ids: set[int]) -> None:
         """Drop the families of objects no region is kept for."""
@@ -72,3 +74,13 @@ def _any_shape(region: Region) -> FastCall | None:
     except Exception:  # noqa: BLE001 - the region keeps its own F
         return None
     return forward if static_outputs(forward.name) is not None else None
+
+
+def _outputs_from_args(rec: Recording) -> bool:
+    """Whether an output of the recorded call is an argument or computed from one."""
+    from_args = set()
+    for p, op in enumerate(rec.ops):
+        if any(w.kind == "arg" or (w.kind == "op" and w.index in from_args) for w in op.inputs):
+            from_args.add(p)
+    return any(w.kind == "arg" or (w.kind == "op" and w.index in from_args)
+               for w in rec.out_wires if isinstance(w, Wire))

@@ -23,6 +23,7 @@ class RegionRow:
     hits: int = 0
     misses: int = 0
     refusals: int = 0  # traced calls in a row that showed an effect
+    any_shape: bool = False  # answered by its shape family's function for any shape
 
     def refuse(self, reason: str) -> None:
         self.state, self.reason = "refused", reason
@@ -41,7 +42,7 @@ class RegionRow:
 
     def frozen(self) -> RegionInfo:
         return RegionInfo(self.name, self.source, self.state, self.reason, self.ops, self.hits,
-                          self.misses)
+                          self.misses, self.any_shape)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +54,11 @@ class RegionInfo:
     ops: int
     hits: int
     misses: int
+    any_shape: bool = False  # its compiled function serves every shape of its arguments
 
     def __str__(self) -> str:
         why = f" ({self.reason})" if self.reason and self.state != "formed" else ""
+        why = " (any shape)" if self.any_shape and self.state == "formed" else why
         return (f"{self.name:<34} {self.ops:>5} {self.hits:>6} {self.misses:>6}  "
                 f"{self.state}{why}  at {self.source}")
 

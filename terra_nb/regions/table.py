@@ -258,7 +258,7 @@ class Regions:
         if not region.guarded_branches:
             row.refuse("value read: a branch decided after the call changed a variable")
             return
-        self.families.join(family_key(obj, key[1], rec), region)
+        row.any_shape = self.families.join(family_key(obj, key[1], rec), region)
         region.watch(objs)
         region.state = self.state(objs)
         self.table[key] = region
