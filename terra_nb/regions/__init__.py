@@ -10,6 +10,7 @@ layers and the variables created; refused when a traced run shows a Python-visib
     effects     EffectProbe: stdout/stderr writes, changed attributes, random state, side outputs
     backward    B: TensorFlow's gradient functions over the recorded ops, in eager tape order
     region      Region: F, B, a hit; FastCall: a concrete function as one eager op
+    families    shape families: calls differing only in argument shapes share one F
     table       Regions: guard, traced calls, formation, hits, misses, refusals
     summary     what the regions did, printable (terra.regions, explain())
     intercept   the wrappers on Keras' methods while a Terra with regions is open
