@@ -172,4 +172,5 @@ def main(runs: int, seed: int) -> dict:
 
 
 if __name__ == "__main__":
+    faulthandler.enable()  # a native crash prints every thread's stack (the test shows stderr)
     print(json.dumps(main(int(sys.argv[1]), int(sys.argv[2]))))
