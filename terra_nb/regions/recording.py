@@ -97,6 +97,7 @@ class Recording:
         self._arg_ids = {t._id: i for i, t in enumerate(arg_tensors)}
         self._cap: dict = {}  # handle id -> capture key
         self._shape_derived: set = set()
+        self._key: tuple | None = None
         with capture.bypass():
             for p, raw in enumerate(tee.raw):
                 self._add_op(p, *raw[:4])
@@ -168,7 +169,13 @@ class Recording:
         return leaf
 
     def key(self) -> tuple:
-        """What two traced runs must share for the call to form a region."""
+        """What two traced runs must share for the call to form a region (computed once: the
+        recording does not change, and formation and its shape family both ask)."""
+        if self._key is None:
+            self._key = self._make_key()
+        return self._key
+
+    def _make_key(self) -> tuple:
         consts = tuple((k, v.dtype.str, v.shape, repr(v.tolist()) if v.dtype == object
                         else v.tobytes()) for k, v in self.consts.items())
         handles = tuple((k, h._id) for k, h in self.handles.items())
