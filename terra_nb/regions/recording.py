@@ -14,6 +14,9 @@ the loop co-executes, as in traced iterations.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
 from tensorflow.python import pywrap_tfe
@@ -182,3 +185,41 @@ class Recording:
         outs = tuple(w if isinstance(w, Wire) else id(w) for w in self.out_wires)
         ops = tuple((o.op_type, o.attrs, o.inputs) for o in self.ops)
         return ops, self.paused, consts, handles, outs, self.args, tuple(self.branches)
+
+
+def packer(struct) -> Callable[[list], Any]:
+    """A function packing a flat list into ``struct``, as ``tf.nest.pack_sequence_as`` does.
+    Plain tuples, lists and dicts are packed here: tf.nest checks a runtime ``Protocol`` per
+    level (``isinstance`` on a Protocol walks its attributes, 2 ms per step of an unrolled RNN
+    whose cell returns ``(h, [h])``); any other nesting goes to tf.nest."""
+    build = _plain_pack(struct)
+    if build is None:
+        return lambda leaves: tf.nest.pack_sequence_as(struct, leaves)
+    return lambda leaves: build(iter(leaves))
+
+
+def _plain_pack(s) -> Callable | None:
+    """Pack from an iterator of leaves into ``s``'s shape; None if ``s`` nests anything but
+    plain tuples, lists and dicts (a namedtuple, a composite, an attrs class)."""
+    kind = type(s)
+    if kind is tuple or kind is list:
+        parts = [_plain_pack(x) for x in s]
+        if any(p is None for p in parts):
+            return None
+        return lambda it: kind([p(it) for p in parts])
+    if kind is dict:
+        try:
+            ordered = sorted(s)  # tf.nest's order of a dict's leaves
+        except TypeError:
+            return None
+        parts = [_plain_pack(s[k]) for k in ordered]
+        if any(p is None for p in parts):
+            return None
+        return lambda it: _in_order(s, {k: p(it) for k, p in zip(ordered, parts)})
+    return None if tf.nest.is_nested(s) else next
+
+
+def _in_order(like: dict, values: dict) -> dict:
+    """``values`` with ``like``'s key order (tf.nest keeps the original insertion order)."""
+    return {k: values[k] for k in like}
+

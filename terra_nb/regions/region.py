@@ -26,7 +26,7 @@ from ..trace.tracegraph import RegionCall
 from .backward import build_backward, trainable_dtype
 from .branches import guard_segment
 from .effects import attributes
-from .recording import Recording
+from .recording import Recording, packer
 
 DECLINED = object()  # Region.run: the call must run its Python (higher order, no compile)
 _HIGHER_ORDER = 2  # TFE_Py_TapeSetPossibleGradientTypes: more than one tape, or a forward one
@@ -127,6 +127,7 @@ class Region:
         self.float_args = tuple(i for i, (dt, _) in enumerate(rec.args) if trainable_dtype(dt))
         self.outs = [w for w in rec.out_wires if isinstance(w, Wire) and w.kind == "op"]
         self.single = len(rec.out_wires) == 1 and not tf.nest.is_nested(rec.out_struct)
+        self.pack = packer(rec.out_struct)
         # F alone is compiled on the first call no tape records: a model called only under a
         # tape (training) never needs it, only F with the values B reads
         self.forward: FastCall | None = None
@@ -253,7 +254,7 @@ class Region:
                   args[w.index] if isinstance(w, Wire) else w for w in self.rec.out_wires]
         if self.single:  # one tensor (a model's output) or none: nothing to pack
             return leaves[0]
-        return tf.nest.pack_sequence_as(self.rec.out_struct, leaves)
+        return self.pack(leaves)
 
     def calls(self, source: str, call: str) -> list[RegionCall]:
         """Its compiled functions as the TraceGraph sees them: one op each, typed by its name

@@ -367,6 +367,35 @@ def test_dict_inputs_are_guarded_tensor_by_tensor(mode):
     assert formed(terra, "Functional.__call__").hits >= 5
 
 
+class NestedOutputs(keras.layers.Layer):
+    """Returns a dict of a tuple and a list, keys out of sorted order (an RNN cell returns
+    ``(h, [h])``)."""
+
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1], 4))
+
+    def call(self, x):
+        y = tf.matmul(x, self.w)
+        return {"z": y, "a": (y * 2.0, [tf.reduce_sum(y)])}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_nested_outputs_keep_their_structure(mode):
+    """A hit packs its outputs into the structure the call's Python returns: types, key order
+    and values."""
+
+    def program(loop):
+        layer, out = NestedOutputs(), []
+        for x, _ in loop(data(12)):
+            r = layer(x)
+            assert list(r) == ["z", "a"] and type(r["a"]) is tuple and type(r["a"][1]) is list
+            out.append(float(tf.reduce_sum(r["z"]) + r["a"][1][0] + tf.reduce_sum(r["a"][0])))
+        return out, state_of(layer)
+
+    terra, _, _ = compare(program, OPTIONS[mode])
+    assert formed(terra, "NestedOutputs.__call__").hits >= 5
+
+
 def _two_runs(between=None):
     """One model trained by two loops in a row (a notebook cell run twice), plainly and under two
     Terras sharing ``learned``; ``between(model)`` runs between the loops, outside any Terra.
