@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import capture
+from .capture import functions
 from .capture.location import LocationTable
 from .capture.recorder import TraceRecorder
 from .capture.signature import op_type_of
@@ -285,7 +286,9 @@ class CoexecEngine:
                                  _path(self.learned))
         if covered and not self.ready and not fell_back and not self.gave_up:
             result.not_ready = _still_tracing(self.learned, unknown)
-        if fell_back:
+        # a region's new function is new once by construction: no sign of a loop that does
+        # not settle, so it does not count towards giving up
+        if fell_back and not functions.confirmed(runner.divergence[1]):
             self._count_fallback()
         return result
 

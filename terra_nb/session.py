@@ -97,7 +97,7 @@ class Terra:
         program: str = "segments",
         learned: Learned | None = None,
         keep_spans: int = 200,
-        regions: bool | None = None,
+        regions: bool | str | None = None,
     ) -> None:
         """``max_fallbacks``: fallbacks within 20 iterations after which co-execution gives up
         and stays in tracing; ``strict``: a fallback after warm-up raises; ``xla``: compile the
@@ -110,7 +110,9 @@ class Terra:
         this many last iterations are kept for the timeline (older ones only counted); ``regions``:
         answer outermost Keras calls (models, layers, losses, ``apply_gradients``) with compiled
         regions (DESIGN section 5b; ``terra.regions`` lists them); the default, None, is on in
-        the coexec and lazy modes, except with ``program="whole"``, which cannot run them yet."""
+        the coexec and lazy modes, except with ``program="whole"``, which cannot run them yet;
+        ``"tapes"``: also ``GradientTape.gradient`` as one function (experimental: its first
+        call is a fallback, so short loops lose; ``regions/tapes.py``)."""
         _check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned, regions)
         self.use_regions = (mode in ("coexec", "lazy") and program != "whole"
                             if regions is None else regions)
@@ -146,7 +148,8 @@ class Terra:
             )
         self._engine = self._make_engine()
         if self.use_regions:
-            self._interception = Interception(self.learned.regions)
+            tapes = self.use_regions == "tapes"
+            self._interception = Interception(self.learned.regions, tapes=tapes)
             self.learned.regions = self._interception.regions
             try:
                 with self._engine.critical():  # a Ctrl-C never leaves Keras half-wrapped
@@ -291,7 +294,7 @@ class Terra:
     def regions(self) -> RegionSummary:
         """What the regions did (``Terra(regions=True)``): one row per guarded call."""
         if self._interception is None:
-            return RegionSummary(enabled=self.use_regions)
+            return RegionSummary(enabled=bool(self.use_regions))
         return self._interception.regions.summary()
 
     @property
@@ -372,13 +375,11 @@ def _check_options(mode, max_fallbacks, compile_after, program, keep_spans, lear
         raise TerraUsageError(f"program='whole' needs mode='coexec', not {mode!r}")
     if learned is not None and not isinstance(learned, Learned):
         raise TerraUsageError("learned= takes the .learned of an earlier Terra")
-    if regions is not None and not isinstance(regions, bool):
-        raise TerraUsageError(f"regions must be True, False or None, got {regions!r}")
+    if regions is not None and not isinstance(regions, bool) and regions != "tapes":
+        raise TerraUsageError(f"regions must be True, False, None or 'tapes', got {regions!r}")
     if regions and program == "whole":
-        raise TerraUsageError(
-            "regions=True needs program='segments' for now: the whole program leaves its plan at "
-            "every region (a function-call op Python runs for real)"
-        )
+        raise TerraUsageError("regions=True needs program='segments' for now: the whole program "
+                              "leaves its plan at every region (a function-call op Python runs)")
 
 
 def _exec_spans(iteration: int, phase: str, start: float, end: float, stalls) -> list[RunnerSpan]:

@@ -131,6 +131,14 @@ def current_sink() -> OpSink | None:
     return getattr(_local, "sink", None)
 
 
+def replace_sink(sink: OpSink | None) -> OpSink | None:
+    """Make ``sink`` this thread's sink and return the one it replaces: for a stretch that is no
+    block of code (a gradient tape records from its push to its pop), so no ``capturing``."""
+    previous = getattr(_local, "sink", None)
+    _local.sink = sink
+    return previous
+
+
 def set_barrier(barrier) -> None:
     """Call ``barrier(op_name)`` before every eager op this thread runs outside an iteration (the
     co-execution engine waits there for the graph, so eager code sees every confirmed update)."""

@@ -14,7 +14,9 @@ around the op, iteration boundaries) is computed once per chain, off the hot pat
 from __future__ import annotations
 
 import dis
+import linecache
 import os
+import sys
 import sysconfig
 from dataclasses import dataclass
 from types import CodeType, FrameType
@@ -290,3 +292,30 @@ class LocationTable:
         if not self._is_user(frames[j][0]):
             return None
         return self._loop_id(frames, j, loop_range[0])
+
+
+def user_line() -> tuple[str, str]:
+    """The innermost caller that is user code (``is_user_code``: not terra-nb, installed
+    packages or the standard library): ``file:line  source``, and the call expression it is
+    running there (``model(x)``, from the code's positions), or ""."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if is_user_code(frame.f_code):
+            text = linecache.getline(file, frame.f_lineno)
+            source = f"{os.path.basename(file)}:{frame.f_lineno}  {text.strip()}"
+            return source, _call_text(frame, text)
+        frame = frame.f_back
+    return "?", ""
+
+
+def _call_text(frame, text: str) -> str:
+    """The source of the call ``frame`` is in, when it sits on one line (columns are UTF-8)."""
+    positions = list(frame.f_code.co_positions())
+    at = frame.f_lasti // 2
+    if at >= len(positions):
+        return ""
+    line, end_line, col, end_col = positions[at]
+    if line != frame.f_lineno or end_line != line or col is None or end_col is None:
+        return ""
+    return text.encode()[col:end_col].decode(errors="replace")

@@ -126,6 +126,34 @@ def _op_grads(region, view: TapeView, p: int, out_grads: list, value) -> list:
     return g + [None] * (len(in_keys) - len(g))
 
 
+def propagate(region, view: TapeView, grads: dict, value) -> dict:
+    """tape.h ComputeGradient over ``view``: ``grads`` holds the out-grads of the outputs (value
+    key -> list); returns it with the gradients of every key reached. An op of
+    ``region.grad_fns`` (a region's op on a tape) takes its gradient function from there."""
+    usage, missing, todo = dict(view.usage), dict(view.missing), set(view.in_set)
+    special = getattr(region, "grad_fns", {})
+    queue = [p for p in view.in_set if p not in missing]  # tape.h InitialStack
+    while queue:  # pop the back, ready ops go to the front
+        p = queue.pop()
+        if p not in todo:
+            continue
+        todo.discard(p)
+        op = region.rec.ops[p]
+        out_grads = [_aggregate(grads.pop(("op", p, k), None)) for k in range(op.n_outputs)]
+        fn = special.get(p, _op_grads)
+        in_grads = fn(region, view, p, out_grads, value)
+        for k, g in zip(map(wire_key, op.inputs), in_grads):
+            if g is not None:
+                grads.setdefault(k, []).append(g)
+            if k in usage:
+                usage[k] -= 1
+                if usage[k] == 0 and k in view.producer:
+                    missing[view.producer[k]] -= 1
+                    if missing[view.producer[k]] == 0:
+                        queue.insert(0, view.producer[k])
+    return grads
+
+
 def backward_body(region, watched_args: tuple, saved_keys: list):
     """B's Python body: (saved forward values, output gradients) -> gradients of the watched
     arguments, then of the trainable variable handles (zeros where none)."""
@@ -137,26 +165,7 @@ def backward_body(region, watched_args: tuple, saved_keys: list):
         grads: dict = {}
         for w, g in zip(outs, flat[len(saved_keys):]):
             grads.setdefault(wire_key(w), []).append(g)
-        usage, missing, todo = dict(view.usage), dict(view.missing), set(view.in_set)
-        queue = [p for p in view.in_set if p not in missing]  # tape.h InitialStack
-        while queue:  # tape.h ComputeGradient: pop the back, ready ops go to the front
-            p = queue.pop()
-            if p not in todo:
-                continue
-            todo.discard(p)
-            op = region.rec.ops[p]
-            out_grads = [_aggregate(grads.pop(("op", p, k), None)) for k in range(op.n_outputs)]
-            in_grads = _op_grads(region, view, p, out_grads, value)
-            for k, g in zip(map(wire_key, op.inputs), in_grads):
-                if g is not None:
-                    grads.setdefault(k, []).append(g)
-                if k in usage:
-                    usage[k] -= 1
-                    if usage[k] == 0 and k in view.producer:
-                        missing[view.producer[k]] -= 1
-                        if missing[view.producer[k]] == 0:
-                            queue.insert(0, view.producer[k])
-        return _result(region, watched_args, grads)
+        return _result(region, watched_args, propagate(region, view, grads, value))
 
     return body
 

@@ -19,7 +19,7 @@ import threading
 
 import keras
 import tensorflow as tf
-from tensorflow.python.eager import context
+from tensorflow.python.eager import context, record
 
 from .effects import count_write, forget_writes
 from .table import Regions
@@ -39,6 +39,11 @@ def _targets() -> list[tuple[type, str]]:
             classes += cls.__subclasses__()
             out += [(cls, "update_state")] if "update_state" in cls.__dict__ else []
     return out
+
+
+_TAPE_METHODS = {"_push_tape": "push", "_pop_tape": "pop", "gradient": "gradient",
+                 "watch": "watched", "reset": "watched"}  # GradientTape method -> Tapes method
+_RECORDERS = ("record_operation", "record_operation_backprop_only")  # of eager.record
 
 
 def _written() -> list[type]:
@@ -92,6 +97,34 @@ def _wrap(original, method: str):
     return wrapper
 
 
+def _wrap_tape(original, method: str):
+    """A GradientTape method: to the Tapes of this thread's open iteration (outermost only)."""
+
+    @functools.wraps(original)
+    def wrapper(self, *args, **kwargs):
+        regions = getattr(_local, "regions", None)
+        if regions is None or not regions.tapes.enabled or _local.depth \
+                or not context.executing_eagerly():
+            return original(self, *args, **kwargs)
+        return getattr(regions.tapes, method)(self, original, *args, **kwargs)
+
+    wrapper.__terra_region_original__ = original
+    return wrapper
+
+
+def _wrap_recorder(original):
+    """``record.record_operation``: the copies of recording tapes see what it records."""
+
+    @functools.wraps(original)
+    def wrapper(op_type, outputs, inputs, backward_function, *args, **kwargs):
+        original(op_type, outputs, inputs, backward_function, *args, **kwargs)
+        regions = getattr(_local, "regions", None)
+        if regions is not None and regions.tapes.active:
+            regions.tapes.on_record(op_type, outputs, inputs, backward_function)
+
+    return wrapper
+
+
 def _install() -> None:
     global _users
     with _lock:
@@ -99,6 +132,10 @@ def _install() -> None:
         if _users == 1:
             for cls, method in _targets():
                 _patch(cls, method, _wrap(getattr(cls, method), method))
+            for method, to in _TAPE_METHODS.items():
+                _patch(tf.GradientTape, method, _wrap_tape(getattr(tf.GradientTape, method), to))
+            for name in _RECORDERS:
+                _patch(record, name, _wrap_recorder(getattr(record, name)))
             for cls in _written():
                 _patch(cls, "__setattr__", _counting(cls.__setattr__))
 
@@ -126,9 +163,11 @@ class Interception:
     """The regions of one Terra, wired into Keras while it is open (``open``/``close`` in the
     loop's thread) and active inside its iterations (``iteration()``)."""
 
-    def __init__(self, regions: Regions | None = None) -> None:
-        """``regions``: those of an earlier Terra on the same code, to carry over."""
+    def __init__(self, regions: Regions | None = None, tapes: bool = False) -> None:
+        """``regions``: those of an earlier Terra on the same code, to carry over; ``tapes``:
+        answer ``GradientTape.gradient`` too (``tapes.py``)."""
         self.regions = Regions() if regions is None else regions
+        self.regions.tapes.enabled = tapes
         self._hold: contextlib.ExitStack | None = None
         self._settled = 0
 
@@ -171,3 +210,4 @@ class Interception:
             yield
         finally:
             _local.regions = None
+            self.regions.tapes.end_iteration()

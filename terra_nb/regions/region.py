@@ -68,10 +68,17 @@ class FastCall:
         return execute.execute(self.name, self.n_out, [*args, *self.caps], self.attrs,
                                context.context())
 
+    def in_graph(self, *args) -> list:
+        """A call op in the graph being built (another function's body), like ``__call__``: no
+        signature check, so an input B does not read may be a scalar filler."""
+        return self._pack(self.cf._inference_function.call_flat(*args, *self.caps))
+
     def packed(self, *args):
         """The outputs in the function's structure: a composite output (the ``IndexedSlices``
         gradient of an embedding) is several tensors on the wire."""
-        flat = self(*args)
+        return self._pack(self(*args))
+
+    def _pack(self, flat):
         if self._slices is None:
             return tf.nest.pack_sequence_as(self.cf.structured_outputs, flat,
                                             expand_composites=True)

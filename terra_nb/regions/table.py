@@ -11,9 +11,6 @@ show an effect ``REFUSE_AFTER`` times in a row is refused: it runs op by op from
 from __future__ import annotations
 
 import contextlib
-import linecache
-import os
-import sys
 
 import numpy as np
 from tensorflow.python.framework import op_def_registry
@@ -22,7 +19,7 @@ from tensorflow.python.framework.indexed_slices import IndexedSlices
 
 from .. import capture
 from ..capture import hooks
-from ..capture.location import is_user_code
+from ..capture.location import user_line
 from ..capture.placeholder import Placeholder
 from ..trace.tracegraph import RegionCall
 from .effects import EffectProbe, attributes, layers_of, objects_of, side_outputs, writes_to
@@ -30,6 +27,7 @@ from .families import Families, family_key
 from .recording import Recording, RecordingTee
 from .region import DECLINED, Region
 from .summary import RegionRow, RegionSummary
+from .tapes import Tapes
 
 _MISS = object()  # Regions._hit: no region answered the call
 REFUSE_AFTER = 3  # traced calls in a row with an effect
@@ -80,33 +78,6 @@ def guard_key(obj, method: str, args: tuple, kwargs: dict) -> tuple[tuple, list]
     return tuple(out), tensors
 
 
-def user_line() -> tuple[str, str]:
-    """The innermost caller that is user code (``capture.location``: not terra-nb, installed
-    packages or the standard library): ``file:line  source``, and the call expression it is
-    running there (``model(x)``, from the code's positions), or ""."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        file = frame.f_code.co_filename
-        if is_user_code(frame.f_code):
-            text = linecache.getline(file, frame.f_lineno)
-            source = f"{os.path.basename(file)}:{frame.f_lineno}  {text.strip()}"
-            return source, _call_text(frame, text)
-        frame = frame.f_back
-    return "?", ""
-
-
-def _call_text(frame, text: str) -> str:
-    """The source of the call ``frame`` is in, when it sits on one line (columns are UTF-8)."""
-    positions = list(frame.f_code.co_positions())
-    at = frame.f_lasti // 2
-    if at >= len(positions):
-        return ""
-    line, end_line, col, end_col = positions[at]
-    if line != frame.f_lineno or end_line != line or col is None or end_col is None:
-        return ""
-    return text.encode()[col:end_col].decode(errors="replace")
-
-
 class Regions:
     """The regions of one Terra: formed ones by guard key, traced calls pending, one row each."""
 
@@ -120,6 +91,7 @@ class Regions:
         self.changed = False  # a call was traced on its way to a region, or one formed
         self.dropped: dict[str, RegionCall] = {}  # the functions of regions no longer formed
         self.families = Families()
+        self.tapes = Tapes(self.rows)  # GradientTape.gradient answered by one function
 
     def state(self, objs: list, writes: bool = True) -> tuple:
         """Of ``objs`` (an object and its sublayers): the layers' trainable flags; the variable
@@ -138,6 +110,7 @@ class Regions:
     def region_calls(self) -> dict[str, RegionCall]:
         """Every compiled function of the regions formed so far, by op type (its name)."""
         calls = dict(self.dropped)
+        calls.update(self.tapes.calls)
         for key, region in self.table.items():
             row = self.rows[key]
             calls.update((c.op_type, c) for c in region.calls(row.source, row.call))
@@ -148,6 +121,7 @@ class Regions:
         are alive and whose attributes are as when they formed (assignments made while no Terra
         was open were not counted), and start their guards' counts afresh."""
         self.pending.clear()
+        self.tapes.pending.clear()
         for key, region in list(self.table.items()):
             objs = region.objects()
             if objs is None or attributes(objs) != region.attributes:

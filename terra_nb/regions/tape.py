@@ -1,0 +1,220 @@
+"""A tape region: ``GradientTape.gradient`` answered by one compiled function G, so TensorFlow's
+gradient functions do not run in Python.
+
+While a non-persistent tape records inside a Terra iteration, a ``TapeTee`` in front of the
+engine's sink keeps a copy of every op the loop's thread runs, and of every region the tape
+records (``record.record_operation`` of a ``TerraRegion``). At ``gradient(target, variables)`` a
+``TapeRecording`` wires that copy as a region's recording does, except that every tensor not made
+by an op of the copy is an argument of G (the batch, a constant), never a value baked in.
+
+Which of those ops the tape holds follows TensorFlow's rule (pywrap_tfe RecordGradient): the tape
+was not paused, and an input of a trainable dtype is on the tape; the variables the tape watched
+start it. Function calls run by ``execute`` (a region's F) are not recorded, as in eager. G is
+``backward.propagate`` over those ops: tape.h's order, TensorFlow's gradient functions, a region's
+own B for a region, seeded with ones for the target.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python import pywrap_tfe
+from tensorflow.python.framework import op_def_registry
+from tensorflow.python.framework import ops as tf_ops
+
+from .. import capture
+from ..capture.attrs import split_call
+from ..capture.recorder import flatten
+from ..capture.signature import MAX_VALUES, op_info, op_type_of
+from ..coexec.lower import NOINLINE, SegmentOp, Wire
+from .backward import _aggregate, _Values, propagate, tape_view, wire_key
+from .recording import Recording, RecordingTee
+from .region import _UNFILLABLE, FastCall, _filler
+
+REGION_OP = "TerraRegion"  # the op type a region's hit records on the tape (region.Region.run)
+
+
+class TapeTee(RecordingTee):
+    """The capture sink while one tape records: the engine's sink sees every op as always."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.broken = ""  # why the tape's ops cannot be known from the copy
+        self.regions: dict[int, tuple] = {}  # position -> (B, its saved inputs) of a region
+
+    def _record(self, op_name, args, attrs, outputs) -> None:
+        op_type = op_type_of(op_name)
+        # a function called by ``execute`` (a region's F) is not taped: who calls it tapes
+        untaped = attrs is not None and op_def_registry.get(op_type) is None
+        self.raw.append((op_type, args, attrs, outputs,
+                         untaped or pywrap_tfe.TFE_Py_TapeSetIsStopped()))
+
+    def region_op(self, inputs, outputs, backward: FastCall, saved: list) -> None:
+        """A region's hit, recorded on the tape as one op whose gradient is its B."""
+        self.regions[len(self.raw)] = (backward, saved)
+        self.raw.append((REGION_OP, list(inputs), None, list(outputs),
+                         pywrap_tfe.TFE_Py_TapeSetIsStopped()))
+
+
+def _inputs(op_type: str, args, attrs) -> list:
+    return list(args) if op_type == REGION_OP else split_call(op_type, args, attrs)[0]
+
+
+def _shape_like(op_type: str, inputs: list) -> tuple:
+    """Per input: whether it is an axis, a shape, a permutation (``signature.OpInfo``)."""
+    like = () if op_type == REGION_OP else op_info(op_type).shape_like
+    return like if len(like) == len(inputs) else (False,) * len(inputs)
+
+
+def _externals(tee: TapeTee) -> tuple[list, set]:
+    """The tensors the copied ops read but did not make, in first use order: G's arguments
+    (variable handles aside). Also the ids of the inputs baked into G by value: small integer
+    axes, shapes and permutations, which gradient functions read with ``constant_value``."""
+    made, seen, out, baked = set(), set(), [], set()
+    for p, (op_type, args, attrs, outputs, _) in enumerate(tee.raw):
+        inputs = _inputs(op_type, args, attrs)
+        saved = tee.regions[p][1] if p in tee.regions else ()
+        likes = itertools.chain(_shape_like(op_type, inputs), itertools.repeat(False))
+        for x, like in zip((*inputs, *saved), likes):
+            if like and _small_integers(x):
+                baked.add(id(x))
+            elif isinstance(x, tf.Tensor) and x._id not in made and x._id not in seen \
+                    and x.dtype != tf.resource:
+                seen.add(x._id)
+                out.append(x)
+        made.update(t._id for t in flatten(outputs))
+    return out, baked
+
+
+def _small_integers(x) -> bool:
+    if type(x) is tf_ops.EagerTensor:
+        return x.dtype.is_integer and x.shape.num_elements() <= MAX_VALUES
+    if isinstance(x, np.ndarray | np.generic):
+        return np.issubdtype(x.dtype, np.integer) and np.size(x) <= MAX_VALUES
+    return False
+
+
+class TapeRecording(Recording):
+    """The copy of one tape as wired ops, with the interface ``backward`` reads of a region
+    (``rec``, ``spec``, ``dtype``, ``trainable``, ``outs``, ``grad_fns``)."""
+
+    def __init__(self, tee: TapeTee, target, watched: set[int]) -> None:
+        """``watched``: the ids of the handles of the variables the tape watched."""
+        self._tee_regions, self.saved_wires, self.values = tee.regions, {}, {}
+        self.externals, self._baked = _externals(tee)
+        super().__init__(tee, self.externals, target)
+        self.args = tuple((t.dtype.name, tuple(t.shape.as_list())) for t in self.externals)
+        self.rec = self
+        self.spec = {("op",) + pk: s for pk, s in self.out_specs.items()}
+        self.spec.update({("arg", i): a for i, a in enumerate(self.args)})
+        self.trainable = {k: h for k, h in self.handles.items() if h._id in watched}
+        self.outs = [w for w in self.out_wires if isinstance(w, Wire) and w.kind == "op"]
+        self.grad_fns = {p: _region_grads for p in tee.regions}
+        self.backwards = {p: b for p, (b, _) in tee.regions.items()}
+
+    def _add_op(self, p: int, op_type: str, call_args, raw_attrs, outputs) -> None:
+        self.values[p] = flatten(outputs)
+        if op_type != REGION_OP:
+            return super()._add_op(p, op_type, call_args, raw_attrs, outputs)
+        backward, saved = self._tee_regions[p]
+        wires = tuple(self._wire(x, x.dtype)[0] for x in call_args)
+        self.saved_wires[p] = tuple(self._wire(x, x.dtype)[0] for x in saved)
+        self.ops.append(SegmentOp(p, REGION_OP, (("backward", backward.name),), wires,
+                                  len(outputs)))
+        for k, t in enumerate(outputs):
+            self._made[t._id] = (p, k)
+            self.out_specs[(p, k)] = (t.dtype.name, tuple(t.shape.as_list()))
+
+    def _wire(self, x, dtype) -> tuple[Wire, bool]:
+        """A numpy input (the batch the loop fed an op) is an argument too, as the tensor the op
+        converts it to; a Python number or a baked axis stays a constant of the code."""
+        if isinstance(x, np.ndarray | np.generic) and id(x) not in self._baked:
+            with capture.bypass():
+                x = tf.convert_to_tensor(x, dtype)
+            self._arg_ids[x._id] = len(self.externals)
+            self.externals.append(x)
+            return Wire("arg", self._arg_ids[x._id]), False
+        return super()._wire(x, dtype)
+
+    def dtype(self, key: tuple) -> str:
+        if key[0] == "var":
+            return "resource" if key[1] in self.handles else self.consts[key[1]].dtype.name
+        return self.spec[key][0]
+
+    def value(self, key: tuple):
+        """This call's tensor of a value key of G's arguments."""
+        return self.values[key[1]][key[2]] if key[0] == "op" else self.externals[key[1]]
+
+    def source_keys(self, handles: list) -> tuple:
+        """The capture key of each source handle (None: the copy never read it)."""
+        return tuple(self._cap.get(h._id) for h in handles)
+
+
+def _region_grads(rec: TapeRecording, view, p: int, out_grads: list, value) -> list:
+    """A region's gradient inside G: its B of its saved values and the out-grads (zeros where
+    none, as the tape gives a recorded op), as ``Region.run`` records it."""
+    n_inputs = len(rec.ops[p].inputs)
+    if all(g is None for g in out_grads):
+        return [None] * n_inputs
+    for k, g in enumerate(out_grads):
+        if g is None:
+            dtype, shape = rec.spec[("op", p, k)]
+            out_grads[k] = tf.zeros(shape, dtype)
+    saved = [value(wire_key(w)) for w in rec.saved_wires[p]]
+    return list(rec.backwards[p].in_graph(*saved, *out_grads))
+
+
+class TapeRegion:
+    """G for one tape recording: (the forward values it reads) -> the sources' gradients."""
+
+    def __init__(self, rec: TapeRecording, sources: tuple, label: str) -> None:
+        view = tape_view(rec, ())
+        ops = rec.ops
+        self.keys = sorted(
+            {wire_key(w) for p in view.in_set
+             for w in (*ops[p].inputs, *rec.saved_wires.get(p, ())) if w.kind != "var"}
+            | {("op", p, k) for p in view.in_set for k in range(ops[p].n_outputs)},
+            key=lambda k: (k[0] != "op", k[1:]))
+        self.dtypes = [rec.spec[k][0] for k in self.keys]
+        self.connected: list[int] = []  # positions of the sources G returns a gradient for
+        target = wire_key(rec.outs[0])
+
+        def body(*flat):
+            value = _Values(rec, dict(zip(self.keys, flat)))
+            dtype, shape = rec.spec[target]
+            grads = propagate(rec, view, {target: [tf.ones(shape, dtype)]}, value)
+            out = []
+            for i, k in enumerate(sources):
+                g = None if k is None else _aggregate(grads.get(("var", k)))
+                if g is not None:
+                    self.connected.append(i)
+                    out.append(g)
+            return out
+
+        body.__name__ = label
+        specs = [tf.TensorSpec(rec.spec[k][1], rec.spec[k][0]) for k in self.keys]
+        cf = tf.function(body, autograph=False, experimental_attributes=NOINLINE
+                         ).get_concrete_function(*specs)
+        self.used = [ph.consumers() != [] for ph in cf.graph.inputs[:len(self.keys)]]
+        self.n_sources = len(sources)
+        self.n_ops = len(view.in_set)
+        self.fn = FastCall(cf)
+        self.hits = 0
+
+    def inputs(self, rec: TapeRecording) -> list:
+        """G's arguments for this call's values (a scalar filler where G does not read one)."""
+        return [rec.value(k) if used or dtype in _UNFILLABLE else _filler(dtype)
+                for k, used, dtype in zip(self.keys, self.used, self.dtypes)]
+
+    def arrange(self, grads) -> list:
+        """G's outputs as one gradient per source (None where a source is unconnected)."""
+        out = [None] * self.n_sources
+        for i, g in zip(self.connected, grads):
+            out[i] = g
+        return out
+
+    def run(self, rec: TapeRecording) -> list:
+        """The sources' gradients for this call's values, as graph work."""
+        return self.arrange(self.fn.packed(*self.inputs(rec)) if self.connected else ())

@@ -1,0 +1,180 @@
+"""Tape regions (``Terra(regions="tapes")``, ``regions/tapes.py``): ``GradientTape.gradient``
+answered by one compiled function G. Every test compares with plain eager execution (values and
+variables bit-identical) AND asserts what ran: the tape's row formed and hit, TensorFlow's own
+gradient (``imperative_grad``) run only where no G answered, and the share of co-executed
+iterations."""
+
+import collections
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from region_programs import compare, data, formed, rows, sequential, state_of
+from tensorflow.python.eager import imperative_grad
+
+from terra_nb import Terra, TerraUsageError
+
+TAPES = {"regions": "tapes"}
+TAPE = "GradientTape.gradient"
+RAN: collections.Counter = collections.Counter()  # TensorFlow's gradients run, per run
+
+
+@pytest.fixture(autouse=True)
+def counted(monkeypatch):
+    """Count TensorFlow's own gradient computations (a G hit skips them)."""
+    original = imperative_grad.imperative_grad
+
+    def counting(*args, **kwargs):
+        RAN["tape"] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(imperative_grad, "imperative_grad", counting)
+    RAN.clear()
+
+
+def compare_counted(program, at_least: float = 0.5):
+    """``compare`` under tape regions; also TensorFlow's gradients run plainly and under Terra."""
+    runs = []
+
+    def counting_program(loop):
+        RAN.clear()
+        out = program(loop)
+        runs.append(RAN["tape"])
+        return out
+
+    terra, _, _ = compare(counting_program, TAPES, at_least=at_least)
+    plain, under_terra = runs
+    return terra, plain, under_terra
+
+
+def mlp_program(loop):
+    """A Keras model (a region), the loss op by op under the tape, Adam."""
+    model, opt = sequential(), keras.optimizers.Adam(1e-2)
+    out = []
+    for x, y in loop(data(24)):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            loss = tf.reduce_mean(tf.square(logits - tf.one_hot(y, 4)))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        out.append(float(loss))
+    return out, state_of(model, opt)
+
+
+def test_gradient_is_answered_by_one_function():
+    terra, plain, under_terra = compare_counted(mlp_program)
+    row = formed(terra, TAPE)
+    assert row.hits >= 10, terra.regions
+    assert plain == 24 and under_terra == plain - row.hits  # hits ran no gradient function
+    calls = [c for c in terra.graph.region_calls if c.name == TAPE]
+    assert calls and all(c.kind == "backward" for c in calls)
+
+
+def rnn_program(loop):
+    """A cell called in a Python loop over time steps (a region hit per step, on the tape)."""
+    cell, head = keras.layers.SimpleRNNCell(8), keras.layers.Dense(1)
+    opt = keras.optimizers.SGD(1e-2)
+    rng = np.random.default_rng(0)
+    seqs = [rng.normal(size=(4, 5, 3)).astype("float32") for _ in range(20)]
+    out = []
+    for seq in loop(seqs):
+        with tf.GradientTape() as tape:
+            h = [tf.zeros((4, 8))]
+            for t in range(seq.shape[1]):
+                _, h = cell(seq[:, t, :], h)
+            loss = tf.reduce_mean(tf.square(head(h[0])))
+        variables = cell.trainable_variables + head.trainable_variables
+        opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        out.append(float(loss))
+    return out, state_of(cell, head)
+
+
+def test_a_cell_called_in_a_python_loop():
+    terra, plain, under_terra = compare_counted(rnn_program)
+    assert formed(terra, "SimpleRNNCell.__call__").hits >= 40
+    row = formed(terra, TAPE)
+    assert row.hits >= 8 and under_terra == plain - row.hits, terra.regions
+
+
+def gan_program(loop):
+    """Two models, two tapes recording at once, two optimizers (no Keras region: two tapes)."""
+    gen = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"),
+                            keras.layers.Dense(4)])
+    disc = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+    g_opt, d_opt = keras.optimizers.Adam(1e-3), keras.optimizers.Adam(1e-3)
+    rng = np.random.default_rng(1)
+    batches = [(rng.normal(size=(8, 4)).astype("float32"), rng.normal(size=(8, 4)).astype(
+        "float32")) for _ in range(24)]
+    out = []
+    for noise, real in loop(batches):
+        with tf.GradientTape() as gt, tf.GradientTape() as dt:
+            fake = gen(noise, training=True)
+            d_fake, d_real = disc(fake, training=True), disc(real, training=True)
+            g_loss = tf.reduce_mean(tf.nn.softplus(-d_fake))
+            d_loss = tf.reduce_mean(tf.nn.softplus(d_fake) + tf.nn.softplus(-d_real))
+        g_opt.apply_gradients(zip(gt.gradient(g_loss, gen.trainable_variables),
+                                  gen.trainable_variables))
+        d_opt.apply_gradients(zip(dt.gradient(d_loss, disc.trainable_variables),
+                                  disc.trainable_variables))
+        out.append(float(g_loss) + float(d_loss))
+    return out, state_of(gen, disc, g_opt, d_opt)
+
+
+def test_two_tapes_recording_at_once():
+    terra, plain, under_terra = compare_counted(gan_program, at_least=0.4)
+    tape_rows = [r for r in rows(terra, TAPE) if r.state == "formed" and r.hits]
+    assert len(tape_rows) == 2, terra.regions  # the generator's and the discriminator's
+    assert under_terra == plain - sum(r.hits for r in tape_rows)
+
+
+def declined_program(kind: str):
+    """The tape's gradient is TensorFlow's: the copy cannot know what the tape holds, or the
+    call asks for what G does not give."""
+
+    @tf.custom_gradient
+    def clipped(x):
+        return tf.identity(x), lambda g: tf.clip_by_value(g, -0.1, 0.1)
+
+    def program(loop):
+        model, opt = sequential(), keras.optimizers.SGD(1e-2)
+        out = []
+        for x, y in loop(data(16)):
+            xt = tf.constant(x)
+            with tf.GradientTape(persistent=kind == "persistent") as tape:
+                if kind == "watch":
+                    tape.watch(xt)
+                logits = model(xt, training=True)
+                if kind == "custom_gradient":
+                    logits = clipped(logits)
+                loss = tf.reduce_mean(tf.square(logits))
+            seed = tf.constant(2.0) if kind == "output_gradients" else None
+            grads = tape.gradient(loss, model.trainable_variables, output_gradients=seed)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            out.append(float(loss))
+            del tape
+        return out, state_of(model, opt)
+
+    return program
+
+
+@pytest.mark.parametrize("kind", ["watch", "persistent", "custom_gradient", "output_gradients"])
+def test_what_the_copy_cannot_see_runs_tensorflows_gradient(kind):
+    terra, plain, under_terra = compare_counted(declined_program(kind))
+    assert not any(r.hits for r in rows(terra, TAPE)), terra.regions
+    assert under_terra == plain == 16
+    if kind != "persistent":  # (a persistent tape may differentiate twice: no model region)
+        assert formed(terra, "Sequential.__call__").hits >= 8  # the model's region still runs
+
+
+def test_the_option_is_checked():
+    with pytest.raises(TerraUsageError, match="regions must be True, False, None or 'tapes'"):
+        Terra(regions="tape")
+    terra, plain, under_terra = compare_counted(mlp_program)
+    assert terra.use_regions == "tapes"
+    with Terra() as default:  # off by default: the tape runs TensorFlow's gradient
+        for x, y in default.loop(data(4)):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(tf.constant(x))
+            tape.gradient(loss, [])
+    assert not rows(default, TAPE)
