@@ -139,7 +139,7 @@ def declined_program(kind: str):
     def program(loop):
         model, opt = sequential(), keras.optimizers.SGD(1e-2)
         out = []
-        for x, y in loop(data(16)):
+        for x, _ in loop(data(16)):
             xt = tf.constant(x)
             with tf.GradientTape(persistent=kind == "persistent") as tape:
                 if kind == "watch":
@@ -173,7 +173,7 @@ def test_the_option_is_checked():
     terra, plain, under_terra = compare_counted(mlp_program)
     assert terra.use_regions == "tapes"
     with Terra() as default:  # off by default: the tape runs TensorFlow's gradient
-        for x, y in default.loop(data(4)):
+        for x, _ in default.loop(data(4)):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_sum(tf.constant(x))
             tape.gradient(loss, [])
