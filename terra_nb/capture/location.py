@@ -14,6 +14,7 @@ around the op, iteration boundaries) is computed once per chain, off the hot pat
 from __future__ import annotations
 
 import dis
+import functools
 import linecache
 import os
 import sys
@@ -46,6 +47,7 @@ def called_from_c_loop(code: CodeType) -> None:
     _CALLED_FROM_C_LOOPS.add(code)
 
 
+@functools.lru_cache(maxsize=8192)  # a realpath per frame is a system call
 def is_user_code(code: CodeType) -> bool:
     """True for code the user wrote: not the standard library, installed packages or terra-nb."""
     name = code.co_filename
@@ -300,13 +302,22 @@ def user_line() -> tuple[str, str]:
     running there (``model(x)``, from the code's positions), or ""."""
     frame = sys._getframe(1)
     while frame is not None:
-        file = frame.f_code.co_filename
-        if is_user_code(frame.f_code):
-            text = linecache.getline(file, frame.f_lineno)
-            source = f"{os.path.basename(file)}:{frame.f_lineno}  {text.strip()}"
-            return source, _call_text(frame, text)
+        code = frame.f_code
+        if is_user_code(code):
+            site = (code, frame.f_lasti)  # the code object is held: its id is never reused
+            known = _user_lines.get(site)
+            if known is None:
+                if len(_user_lines) > 4096:
+                    _user_lines.clear()
+                text = linecache.getline(code.co_filename, frame.f_lineno)
+                source = f"{os.path.basename(code.co_filename)}:{frame.f_lineno}  {text.strip()}"
+                known = _user_lines[site] = (source, _call_text(frame, text))
+            return known
         frame = frame.f_back
     return "?", ""
+
+
+_user_lines: dict[tuple, tuple[str, str]] = {}  # (code, instruction) -> user_line's answer
 
 
 def _call_text(frame, text: str) -> str:

@@ -180,8 +180,9 @@ def _result(region, watched_args: tuple, grads: dict) -> list:
 
 def build_backward(region, watched_args: tuple):
     """B for ``watched_args``, traced once with every forward value it might read as an input.
-    Returns (B's concrete function, those values' keys, the keys of the ones it really reads):
-    the caller passes a filler for each value B does not read, so F need not keep it."""
+    Returns (B's concrete function, those values' keys, the keys of the ones it really reads,
+    its Python body): the caller passes a filler for each value B does not read, so F need not
+    keep it; a tape region traces the body into its own function."""
     view = tape_view(region, watched_args)
     ops = region.rec.ops
     keys = sorted({wire_key(w) for p in view.in_set for w in ops[p].inputs if w.kind != "var"}
@@ -196,4 +197,4 @@ def build_backward(region, watched_args: tuple):
     cf = tf.function(body, autograph=False, experimental_attributes=NOINLINE
                      ).get_concrete_function(*specs)
     used = [k for k, ph in zip(keys, cf.graph.inputs) if ph.consumers()]
-    return cf, keys, used
+    return cf, keys, used, body

@@ -47,6 +47,7 @@ class FastCall:
         self.n_out = len(fn.cached_definition.signature.output_arg)
         self.attrs = ("executor_type", "", "config_proto", eager_equal_config())
         self._op_types: tuple[str, ...] | None = None
+        self.body = None  # B's: its Python body (``backward.build_backward``)
         # B's outputs: a list of tensors and IndexedSlices (an embedding's gradient), packed by
         # hand (nest's packing of composites builds each one's type spec: 1 ms a call)
         outputs = cf.structured_outputs
@@ -67,11 +68,6 @@ class FastCall:
     def __call__(self, *args) -> list:
         return execute.execute(self.name, self.n_out, [*args, *self.caps], self.attrs,
                                context.context())
-
-    def in_graph(self, *args) -> list:
-        """A call op in the graph being built (another function's body), like ``__call__``: no
-        signature check, so an input B does not read may be a scalar filler."""
-        return self._pack(self.cf._inference_function.call_flat(*args, *self.caps))
 
     def packed(self, *args):
         """The outputs in the function's structure: a composite output (the ``IndexedSlices``
@@ -102,11 +98,16 @@ called_from_c_loop(_gradient.__code__)  # the tape calls it: B calls in a row ar
 _UNFILLABLE = ("resource", "variant")
 
 
+FILLERS: set[int] = set()  # ids of the scalars ``_filler`` made
+
+
 @functools.cache
 def _filler(dtype: str):
     """A scalar of ``dtype``, passed to B for a forward value B does not read."""
     with capture.bypass():
-        return tf.zeros((), dtype)
+        filler = tf.zeros((), dtype)
+    FILLERS.add(id(filler))  # cached for good: its id is never reused
+    return filler
 
 
 class Region:
@@ -204,11 +205,13 @@ class Region:
         if hit is None and self.broken is None:
             try:
                 with capture.bypass():
-                    cf, keys, used = build_backward(self, watched)
+                    cf, keys, used, body = build_backward(self, watched)
                     # a handle or variant has no scalar filler: F keeps it, read or not
                     used = [k for k in keys if k in used or self.spec[k][0] in _UNFILLABLE]
                     saved_ops = tuple(k[1:] for k in used if k[0] == "op")
-                    hit = self.compile_forward(saved_ops), FastCall(cf), self._saved(keys, used)
+                    backward = FastCall(cf)
+                    backward.body = body  # a tape region inlines it (tape.py)
+                    hit = self.compile_forward(saved_ops), backward, self._saved(keys, used)
             except Exception as error:  # noqa: BLE001 - the call then runs its Python
                 self.broken = f"cannot build the backward function: {error}"
                 return None

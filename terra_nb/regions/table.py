@@ -91,7 +91,7 @@ class Regions:
         self.changed = False  # a call was traced on its way to a region, or one formed
         self.dropped: dict[str, RegionCall] = {}  # the functions of regions no longer formed
         self.families = Families()
-        self.tapes = Tapes(self.rows)  # GradientTape.gradient answered by one function
+        self.tapes = Tapes(self)  # GradientTape.gradient answered by one function
 
     def state(self, objs: list, writes: bool = True) -> tuple:
         """Of ``objs`` (an object and its sublayers): the layers' trainable flags; the variable

@@ -31,7 +31,7 @@ from ..capture.signature import MAX_VALUES, op_info, op_type_of
 from ..coexec.lower import NOINLINE, SegmentOp, Wire
 from .backward import _aggregate, _Values, propagate, tape_view, wire_key
 from .recording import Recording, RecordingTee
-from .region import _UNFILLABLE, FastCall, _filler
+from .region import _UNFILLABLE, FILLERS, FastCall, _filler
 
 REGION_OP = "TerraRegion"  # the op type a region's hit records on the tape (region.Region.run)
 
@@ -78,6 +78,8 @@ def _externals(tee: TapeTee) -> tuple[list, set]:
         saved = tee.regions[p][1] if p in tee.regions else ()
         likes = itertools.chain(_shape_like(op_type, inputs), itertools.repeat(False))
         for x, like in zip((*inputs, *saved), likes):
+            if _is_filler(x):
+                continue
             if like and _small_integers(x):
                 baked.add(id(x))
             elif isinstance(x, tf.Tensor) and x._id not in made and x._id not in seen \
@@ -86,6 +88,11 @@ def _externals(tee: TapeTee) -> tuple[list, set]:
                 out.append(x)
         made.update(t._id for t in flatten(outputs))
     return out, baked
+
+
+def _is_filler(x) -> bool:
+    """Whether ``x`` is the scalar a region passes to B for a value B does not read."""
+    return id(x) in FILLERS
 
 
 def _small_integers(x) -> bool:
@@ -120,7 +127,11 @@ class TapeRecording(Recording):
             return super()._add_op(p, op_type, call_args, raw_attrs, outputs)
         backward, saved = self._tee_regions[p]
         wires = tuple(self._wire(x, x.dtype)[0] for x in call_args)
-        self.saved_wires[p] = tuple(self._wire(x, x.dtype)[0] for x in saved)
+        # a value B does not read (a scalar filler) is zeros of its spec inside G: B's body
+        # reads static shapes
+        self.saved_wires[p] = tuple(
+            ("zeros", x.dtype.name, tuple(spec.shape.as_list())) if _is_filler(x)
+            else self._wire(x, x.dtype)[0] for x, spec in zip(saved, backward.cf.inputs))
         self.ops.append(SegmentOp(p, REGION_OP, (("backward", backward.name),), wires,
                                   len(outputs)))
         for k, t in enumerate(outputs):
@@ -153,8 +164,9 @@ class TapeRecording(Recording):
 
 
 def _region_grads(rec: TapeRecording, view, p: int, out_grads: list, value) -> list:
-    """A region's gradient inside G: its B of its saved values and the out-grads (zeros where
-    none, as the tape gives a recorded op), as ``Region.run`` records it."""
+    """A region's gradient inside G: its B's body on its saved values and the out-grads (zeros
+    where none, as the tape gives a recorded op), as ``Region.run`` records it. Inlined: a
+    function called inside G ran twice as slow."""
     n_inputs = len(rec.ops[p].inputs)
     if all(g is None for g in out_grads):
         return [None] * n_inputs
@@ -162,8 +174,9 @@ def _region_grads(rec: TapeRecording, view, p: int, out_grads: list, value) -> l
         if g is None:
             dtype, shape = rec.spec[("op", p, k)]
             out_grads[k] = tf.zeros(shape, dtype)
-    saved = [value(wire_key(w)) for w in rec.saved_wires[p]]
-    return list(rec.backwards[p].in_graph(*saved, *out_grads))
+    saved = [value(wire_key(w)) if isinstance(w, Wire) else tf.zeros(w[2], w[1])
+             for w in rec.saved_wires[p]]
+    return list(rec.backwards[p].body(*saved, *out_grads))  # B's ops, traced into G
 
 
 class TapeRegion:
@@ -174,7 +187,8 @@ class TapeRegion:
         ops = rec.ops
         self.keys = sorted(
             {wire_key(w) for p in view.in_set
-             for w in (*ops[p].inputs, *rec.saved_wires.get(p, ())) if w.kind != "var"}
+             for w in (*ops[p].inputs, *rec.saved_wires.get(p, ()))
+             if isinstance(w, Wire) and w.kind != "var"}
             | {("op", p, k) for p in view.in_set for k in range(ops[p].n_outputs)},
             key=lambda k: (k[0] != "op", k[1:]))
         self.dtypes = [rec.spec[k][0] for k in self.keys]

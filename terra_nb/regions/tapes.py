@@ -20,7 +20,9 @@ from tensorflow.python.ops.unconnected_gradients import UnconnectedGradients
 from .. import capture
 from ..capture import hooks
 from ..capture.location import user_line
+from ..capture.placeholder import Placeholder
 from ..trace.tracegraph import RegionCall
+from .backward import wire_key
 from .region import _gradient as region_gradient
 from .summary import RegionRow
 from .tape import REGION_OP, TapeRecording, TapeRegion, TapeTee
@@ -34,10 +36,10 @@ NAME = "GradientTape.gradient"
 
 
 class Tapes:
-    """Tape regions by key; ``rows`` are the Regions' rows (a tape's row is listed with them)."""
+    """Tape regions by key, for ``regions`` (a tape's row is listed with its rows)."""
 
-    def __init__(self, rows: dict) -> None:
-        self.rows = rows
+    def __init__(self, regions) -> None:
+        self.regions, self.rows = regions, regions.rows
         self.table: dict[tuple, TapeRegion] = {}
         self.pending: dict[tuple, int] = {}  # key -> calls with it so far (G not formed)
         self.active: list[TapeTee] = []
@@ -157,8 +159,13 @@ class Tapes:
         otherwise."""
         seen = self.pending.get(key, 0) + 1
         quick = row.state == "formed" and self.quick.get(row.source, 0) < QUICK_FORMS
-        if (seen >= FORM_AFTER or quick) and len(self.table) < MAX_TABLE \
-                and not rec.created_vars:
+        ready = (seen >= FORM_AFTER or quick) and len(self.table) < MAX_TABLE
+        if ready and type(rec.value(wire_key(rec.outs[0]))) is Placeholder:
+            # co-executing: G would run for real on placeholders (the engine would learn to
+            # flush at each of its inputs), so it forms in the next iteration, run for real
+            self.regions.changed = True
+            ready = False
+        if ready and not rec.created_vars:
             self.quick[row.source] = self.quick.get(row.source, 0) + (seen < FORM_AFTER)
             try:
                 with capture.bypass():
@@ -175,7 +182,9 @@ class Tapes:
     def _check(self, key: tuple, region: TapeRegion, row: RegionRow, mine: list, theirs):
         """Form G if its gradients equal the tape's bit for bit. G's are returned then: its op
         is in this iteration's trace (a new op: co-executed, the iteration falls back there)."""
-        if not all(_same(a, b) for a, b in zip(mine, theirs)):
+        with capture.bypass():  # terra-nb's check: no read of the program
+            same = all(_same(a, b) for a, b in zip(mine, theirs))
+        if not same:
             row.refuse("its compiled gradient differs from the tape's (a gradient the copy "
                        "cannot see)")
             return theirs
