@@ -80,6 +80,11 @@ class TerraMagics(Magics, Configurable):
         help="answer outermost Keras calls (models, losses, apply_gradients) with compiled "
         "regions (default: on, except with --program whole)",
     )
+    @ma.argument(
+        "--tapes", action="store_true",
+        help="also answer GradientTape.gradient with one compiled function (experimental; "
+        "Terra(regions='tapes'))",
+    )
     @ma.argument("--quiet", action="store_true", help="no progress line, no summary")
     @output_can_be_silenced
     @cell_magic("terra")
@@ -108,6 +113,8 @@ class TerraMagics(Magics, Configurable):
             raise UsageError(f"--max-fallbacks must be >= 1, got {fallbacks}")
         if args.compile_after < 1:
             raise UsageError(f"--compile-after must be >= 1, got {args.compile_after}")
+        if args.tapes and args.regions is False:
+            raise UsageError("--tapes answers the tape with regions: drop --no-regions")
         self.runner.cache_size = self.cache_size
         return CellOptions(
             mode=args.mode or self.default_mode.lower(),
@@ -116,7 +123,7 @@ class TerraMagics(Magics, Configurable):
             xla=args.xla,
             compile_after=args.compile_after,
             program=args.program,
-            regions=args.regions,
+            regions="tapes" if args.tapes else args.regions,
             viz=self.viz if args.viz is None else args.viz,
             quiet=args.quiet or self.quiet,
             progress_interval=self.progress_interval,

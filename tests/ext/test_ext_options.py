@@ -140,3 +140,14 @@ def test_regions_flag_reaches_the_engine_and_the_reports(ip, no_views):
     assert last(ip).use_regions  # on by default (coexec)
     ip.run_cell_magic("terra", "--quiet --program whole", "x = 1\n")
     assert not last(ip).use_regions  # the whole program cannot run them yet
+
+
+def test_tapes_flag_answers_the_tape(ip, no_views):
+    loop = KERAS_LOOP.replace("range(6)", "range(16)")
+    plain, terra = plain_and_terra(ip, "", loop, "--tapes --quiet")
+    assert_same(plain, terra)
+    t = last(ip)
+    assert t.use_regions == "tapes"
+    assert any(r.name == "GradientTape.gradient" and r.hits for r in t.regions.rows), t.regions
+    with pytest.raises(UsageError, match="--tapes answers the tape with regions"):
+        ip.run_cell_magic("terra", "--tapes --no-regions --quiet", "x = 1\n")
