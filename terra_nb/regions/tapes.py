@@ -181,7 +181,7 @@ class Tapes:
 
     def _check(self, key: tuple, region: TapeRegion, row: RegionRow, mine: list, theirs):
         """Form G if its gradients equal the tape's bit for bit. G's are returned then: its op
-        is in this iteration's trace (a new op: co-executed, the iteration falls back there)."""
+        is in this iteration's trace (one run for real, ``_new``), so its next call is known."""
         with capture.bypass():  # terra-nb's check: no read of the program
             same = all(_same(a, b) for a, b in zip(mine, theirs))
         if not same:
