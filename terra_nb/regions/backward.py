@@ -100,16 +100,25 @@ class _Values:
         return tf.zeros(shape, dtype)  # only its shape is used
 
 
+def fill_out_grads(region, p: int, out_grads: list) -> bool:
+    """Zeros in ``out_grads`` where op ``p`` got no gradient, as the tape gives them (tape.h:
+    but where the op accepts None); False when no output got one (its inputs get none)."""
+    if all(g is None for g in out_grads):
+        return False
+    accepts_none = ACCEPTS_NONE.get(region.rec.ops[p].op_type, ())
+    for k, g in enumerate(out_grads):
+        if g is None and k not in accepts_none:
+            dtype, shape = region.spec[("op", p, k)]
+            out_grads[k] = tf.zeros(shape, dtype)
+    return True
+
+
 def _op_grads(region, view: TapeView, p: int, out_grads: list, value) -> list:
     """The gradients of op ``p``'s inputs (None where none), as backprop._gradient_function."""
     op = region.rec.ops[p]
     in_keys = [wire_key(w) for w in op.inputs]
-    if not any(g is not None for g in out_grads):
+    if not fill_out_grads(region, p, out_grads):
         return [None] * len(in_keys)
-    for k, g in enumerate(out_grads):
-        if g is None and k not in ACCEPTS_NONE.get(op.op_type, ()):
-            dtype, shape = region.spec[("op", p, k)]
-            out_grads[k] = tf.zeros(shape, dtype)
     fn = _grad_fn(op.op_type)
     if fn is None:
         return [None] * len(in_keys)

@@ -14,6 +14,7 @@ the loop co-executes, as in traced iterations.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -170,6 +171,20 @@ class Recording:
         if tid in self._arg_ids:
             return Wire("arg", self._arg_ids[tid])
         return leaf
+
+    @functools.cached_property
+    def spec(self) -> dict:
+        """(dtype name, shape) of each value key: ``("op", p, k)`` an op's output, ``("arg", i)``
+        an argument (read once wiring is done)."""
+        spec = {("op",) + pk: s for pk, s in self.out_specs.items()}
+        spec.update({("arg", i): a for i, a in enumerate(self.args)})
+        return spec
+
+    def dtype(self, key: tuple) -> str:
+        """The dtype name of a value key (``("var", k)``: a handle's, or a constant's)."""
+        if key[0] == "var":
+            return "resource" if key[1] in self.handles else self.consts[key[1]].dtype.name
+        return self.spec[key][0]
 
     def key(self) -> tuple:
         """What two traced runs must share for the call to form a region (computed once: the

@@ -40,14 +40,16 @@ class FastCall:
     runs it as graph work: a call in a graph segment that is never inlined (``noinline``), so it
     keeps its own grappler config (``eager_equal_config``) and its values stay eager's."""
 
-    def __init__(self, cf) -> None:
+    def __init__(self, cf, body=None) -> None:
+        """``body``: B's Python body (``backward.build_backward``), which a tape region traces
+        into its own function."""
         self.cf, fn = cf, cf._inference_function
         self.name = fn.name.decode() if isinstance(fn.name, bytes) else fn.name
         self.caps = list(cf.captured_inputs)
         self.n_out = len(fn.cached_definition.signature.output_arg)
         self.attrs = ("executor_type", "", "config_proto", eager_equal_config())
         self._op_types: tuple[str, ...] | None = None
-        self.body = None  # B's: its Python body (``backward.build_backward``)
+        self.body = body
         # B's outputs: a list of tensors and IndexedSlices (an embedding's gradient), packed by
         # hand (nest's packing of composites builds each one's type spec: 1 ms a call)
         outputs = cf.structured_outputs
@@ -123,8 +125,7 @@ class Region:
         self.hits = 0
         self.broken: str | None = None  # why B cannot be built
         self.backwards: dict = {}  # watched args -> (F with saved values, B, B's saved inputs)
-        self.spec = {("op",) + pk: s for pk, s in rec.out_specs.items()}
-        self.spec.update({("arg", i): a for i, a in enumerate(rec.args)})
+        self.spec = rec.spec
         self.trainable = {}  # capture key -> tf.Variable
         for key, h in rec.handles.items():
             v = variables.get(h._id)
@@ -174,9 +175,7 @@ class Region:
         return all(bool(v) == want for v, want in zip(values, self.branch_values))
 
     def dtype(self, key: tuple) -> str:
-        if key[0] == "var":
-            return "resource" if key[1] in self.rec.handles else self.rec.consts[key[1]].dtype.name
-        return self.spec[key][0]
+        return self.rec.dtype(key)
 
     def compile_forward(self, saved: tuple = (), any_shape: bool = False) -> FastCall:
         """F returning the call's outputs and the ``saved`` op outputs; ``any_shape``: for
@@ -209,9 +208,8 @@ class Region:
                     # a handle or variant has no scalar filler: F keeps it, read or not
                     used = [k for k in keys if k in used or self.spec[k][0] in _UNFILLABLE]
                     saved_ops = tuple(k[1:] for k in used if k[0] == "op")
-                    backward = FastCall(cf)
-                    backward.body = body  # a tape region inlines it (tape.py)
-                    hit = self.compile_forward(saved_ops), backward, self._saved(keys, used)
+                    hit = (self.compile_forward(saved_ops), FastCall(cf, body),
+                           self._saved(keys, used))
             except Exception as error:  # noqa: BLE001 - the call then runs its Python
                 self.broken = f"cannot build the backward function: {error}"
                 return None

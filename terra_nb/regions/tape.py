@@ -21,7 +21,6 @@ import itertools
 import numpy as np
 import tensorflow as tf
 from tensorflow.python import pywrap_tfe
-from tensorflow.python.framework import op_def_registry
 from tensorflow.python.framework import ops as tf_ops
 
 from .. import capture
@@ -29,7 +28,7 @@ from ..capture.attrs import split_call
 from ..capture.recorder import flatten
 from ..capture.signature import MAX_VALUES, op_info, op_type_of
 from ..coexec.lower import NOINLINE, SegmentOp, Wire
-from .backward import _aggregate, _Values, propagate, tape_view, wire_key
+from .backward import _aggregate, _Values, fill_out_grads, propagate, tape_view, wire_key
 from .recording import Recording, RecordingTee
 from .region import _UNFILLABLE, FILLERS, FastCall, _filler
 
@@ -47,7 +46,7 @@ class TapeTee(RecordingTee):
     def _record(self, op_name, args, attrs, outputs) -> None:
         op_type = op_type_of(op_name)
         # a function called by ``execute`` (a region's F) is not taped: who calls it tapes
-        untaped = attrs is not None and op_def_registry.get(op_type) is None
+        untaped = attrs is not None and op_info(op_type).function
         self.raw.append((op_type, args, attrs, outputs,
                          untaped or pywrap_tfe.TFE_Py_TapeSetIsStopped()))
 
@@ -114,8 +113,6 @@ class TapeRecording(Recording):
         super().__init__(tee, self.externals, target)
         self.args = tuple((t.dtype.name, tuple(t.shape.as_list())) for t in self.externals)
         self.rec = self
-        self.spec = {("op",) + pk: s for pk, s in self.out_specs.items()}
-        self.spec.update({("arg", i): a for i, a in enumerate(self.args)})
         self.trainable = {k: h for k, h in self.handles.items() if h._id in watched}
         self.outs = [w for w in self.out_wires if isinstance(w, Wire) and w.kind == "op"]
         self.grad_fns = {p: _region_grads for p in tee.regions}
@@ -149,11 +146,6 @@ class TapeRecording(Recording):
             return Wire("arg", self._arg_ids[x._id]), False
         return super()._wire(x, dtype)
 
-    def dtype(self, key: tuple) -> str:
-        if key[0] == "var":
-            return "resource" if key[1] in self.handles else self.consts[key[1]].dtype.name
-        return self.spec[key][0]
-
     def value(self, key: tuple):
         """This call's tensor of a value key of G's arguments."""
         return self.values[key[1]][key[2]] if key[0] == "op" else self.externals[key[1]]
@@ -167,13 +159,8 @@ def _region_grads(rec: TapeRecording, view, p: int, out_grads: list, value) -> l
     """A region's gradient inside G: its B's body on its saved values and the out-grads (zeros
     where none, as the tape gives a recorded op), as ``Region.run`` records it. Inlined: a
     function called inside G ran twice as slow."""
-    n_inputs = len(rec.ops[p].inputs)
-    if all(g is None for g in out_grads):
-        return [None] * n_inputs
-    for k, g in enumerate(out_grads):
-        if g is None:
-            dtype, shape = rec.spec[("op", p, k)]
-            out_grads[k] = tf.zeros(shape, dtype)
+    if not fill_out_grads(rec, p, out_grads):
+        return [None] * len(rec.ops[p].inputs)
     saved = [value(wire_key(w)) if isinstance(w, Wire) else tf.zeros(w[2], w[1])
              for w in rec.saved_wires[p]]
     return list(rec.backwards[p].body(*saved, *out_grads))  # B's ops, traced into G
