@@ -98,6 +98,25 @@ def _called(fdef) -> set[str]:
     return out
 
 
+def noinline_twin(name: str) -> str:
+    """The name of a copy of function ``name`` that a graph calling it never inlines (``name``
+    itself if it is never inlined already). A graph of recorded ops runs without grappler, as
+    eager ops do; a ``tf.function`` inlined into it would lose the grappler passes its eager
+    call gets (the arithmetic optimizer's rewrites change its values by an ulp)."""
+    fdef = function_def(name)
+    if fdef.attr["_noinline"].b:
+        return name
+    twin = f"{name}_terra_noinline"
+    if function_def(twin) is None:
+        copy = type(fdef)()
+        copy.CopyFrom(fdef)
+        copy.signature.name = twin
+        copy.attr["_noinline"].b = True
+        context.context().add_function_def(copy)
+        _defs[twin] = copy
+    return twin
+
+
 def add_to_graph(graph, name: str) -> None:
     """Copy function ``name`` and every function it calls into ``graph``'s library."""
     if graph._is_function(name):

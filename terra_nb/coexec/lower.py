@@ -28,7 +28,7 @@ from tensorflow.python.framework import (
 from tensorflow.python.ops import gen_array_ops, gen_functional_ops
 
 from ..capture.attrs import string_attr
-from ..capture.functions import add_to_graph, function_def, static_outputs
+from ..capture.functions import add_to_graph, function_def, noinline_twin, static_outputs
 from ..capture.signature import op_info
 from ..errors import TerraError
 
@@ -169,13 +169,14 @@ def _function_rule(op: SegmentOp, inputs: list) -> list:
     """A call of a runtime function (a ``tf.function``, a region): the function is copied into
     the graph's library and called with the config the eager call had (a region's turns grappler
     rewrites off that would change values), with the output shapes it was traced with."""
-    add_to_graph(tf.compat.v1.get_default_graph(), op.op_type)
+    name = noinline_twin(op.op_type)  # called with its own config, as eager calls it
+    add_to_graph(tf.compat.v1.get_default_graph(), name)
     attrs = dict(op.attrs)
     call = (gen_functional_ops.stateful_partitioned_call if op_info(op.op_type).stateful
             else gen_functional_ops.partitioned_call)
     outputs = call(
-        inputs, [tf.as_dtype(a.type) for a in function_def(op.op_type).signature.output_arg],
-        op.op_type, config_proto=string_attr(attrs.get("config_proto", "")),
+        inputs, [tf.as_dtype(a.type) for a in function_def(name).signature.output_arg],
+        name, config_proto=string_attr(attrs.get("config_proto", "")),
         executor_type=string_attr(attrs.get("executor_type", "")), name=f"terra_node_{op.node}",
     )
     outputs = [] if isinstance(outputs, tf.Operation) else outputs  # no outputs: the op
