@@ -320,3 +320,21 @@ def bypass() -> Iterator[None]:
         yield
     finally:
         _local.sink, _local.barrier = previous, barrier
+
+
+@contextmanager
+def quiet_reads(quiet: bool = True) -> Iterator[None]:
+    """Placeholders read in this thread inside the block (if ``quiet``) are not fetches the plan
+    learns: the inputs of ops run eagerly after a divergence (known ops in the next iteration),
+    terra-nb's own checks."""
+    previous = getattr(_local, "quiet", False)
+    _local.quiet = quiet or previous
+    try:
+        yield
+    finally:
+        _local.quiet = previous
+
+
+def reads_quietly() -> bool:
+    """Whether this thread is inside ``quiet_reads()``."""
+    return getattr(_local, "quiet", False)

@@ -9,9 +9,8 @@ needs real inputs (data-dependent output shapes, a stateful op without a variabl
 once the graph has caught up.
 
 The graph only ever runs ops Python has already issued, so nothing unconfirmed can take effect. A
-call the index does not know is a *divergence*: the pending ops are flushed, the graph catches up,
-and the rest of the iteration runs eagerly and is traced (fallback). The iteration log keeps every
-op of the iteration, so a fallback iteration's trace is complete.
+call the index does not know is a *divergence*: the graph catches up, and the rest of the iteration
+runs eagerly and is traced (fallback); the iteration log keeps all its ops, so its trace is whole.
 """
 
 from __future__ import annotations
@@ -325,7 +324,8 @@ class PythonRunner:
         return shaped_outputs(entry, outs)
 
     def _trace_op(self, run, op_name, args, attrs, loc: int):
-        real = capture.real_values(args)
+        with capture.quiet_reads(self.divergence is not None):  # not fetches after one:
+            real = capture.real_values(args)  # its ops are known in the next iteration
         try:
             outputs = run(real)
         except _FallbackException:
@@ -383,9 +383,10 @@ class PythonRunner:
             if placeholder.value is None:
                 raise TerraError(f"the value of node {placeholder.node} was not kept")
         self.fetches += 1
-        self.index.fetched_nodes.add(placeholder.node)  # learned in every mode; used by coexec
         self.lane.moment("fetch")
-        self.log.on_fetch(TensorRef(placeholder))
+        if not capture.reads_quietly():
+            self.index.fetched_nodes.add(placeholder.node)  # learned in every mode
+            self.log.on_fetch(TensorRef(placeholder))
         return placeholder.value
 
     def sync(self, op_name=None) -> None:

@@ -17,6 +17,7 @@ own B for a region, seeded with ones for the target.
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tensorflow as tf
@@ -31,6 +32,9 @@ from ..coexec.lower import NOINLINE, SegmentOp, Wire
 from .backward import _aggregate, _Values, fill_out_grads, propagate, tape_view, wire_key
 from .recording import Recording, RecordingTee
 from .region import _UNFILLABLE, FILLERS, FastCall, _filler
+
+if TYPE_CHECKING:
+    from .tape_key import CopyValues
 
 REGION_OP = "TerraRegion"  # the op type a region's hit records on the tape (region.Region.run)
 
@@ -67,34 +71,42 @@ def _shape_like(op_type: str, inputs: list) -> tuple:
     return like if len(like) == len(inputs) else (False,) * len(inputs)
 
 
+def tape_inputs(tee: TapeTee, p: int):
+    """(value, shape-like) of each input of the copy's op ``p``, then of the values a region's
+    B reads (never shape-like)."""
+    op_type, args, attrs = tee.raw[p][:3]
+    inputs = _inputs(op_type, args, attrs)
+    saved = tee.regions[p][1] if p in tee.regions else ()
+    likes = itertools.chain(_shape_like(op_type, inputs), itertools.repeat(False))
+    return zip((*inputs, *saved), likes)
+
+
 def _externals(tee: TapeTee) -> tuple[list, set]:
     """The tensors the copied ops read but did not make, in first use order: G's arguments
     (variable handles aside). Also the ids of the inputs baked into G by value: small integer
     axes, shapes and permutations, which gradient functions read with ``constant_value``."""
     made, seen, out, baked = set(), set(), [], set()
-    for p, (op_type, args, attrs, outputs, _) in enumerate(tee.raw):
-        inputs = _inputs(op_type, args, attrs)
-        saved = tee.regions[p][1] if p in tee.regions else ()
-        likes = itertools.chain(_shape_like(op_type, inputs), itertools.repeat(False))
-        for x, like in zip((*inputs, *saved), likes):
-            if _is_filler(x):
+    for p, raw in enumerate(tee.raw):
+        for x, like in tape_inputs(tee, p):
+            if is_filler(x):
                 continue
-            if like and _small_integers(x):
+            if like and is_baked(x):
                 baked.add(id(x))
             elif isinstance(x, tf.Tensor) and x._id not in made and x._id not in seen \
                     and x.dtype != tf.resource:
                 seen.add(x._id)
                 out.append(x)
-        made.update(t._id for t in flatten(outputs))
+        made.update(t._id for t in flatten(raw[3]))
     return out, baked
 
 
-def _is_filler(x) -> bool:
+def is_filler(x) -> bool:
     """Whether ``x`` is the scalar a region passes to B for a value B does not read."""
     return id(x) in FILLERS
 
 
-def _small_integers(x) -> bool:
+def is_baked(x) -> bool:
+    """Whether a shape-like input is baked into G by value: a small integer tensor or array."""
     if type(x) is tf_ops.EagerTensor:
         return x.dtype.is_integer and x.shape.num_elements() <= MAX_VALUES
     if isinstance(x, np.ndarray | np.generic):
@@ -109,6 +121,7 @@ class TapeRecording(Recording):
     def __init__(self, tee: TapeTee, target, watched: set[int]) -> None:
         """``watched``: the ids of the handles of the variables the tape watched."""
         self._tee_regions, self.saved_wires, self.values = tee.regions, {}, {}
+        self.numpy_args: dict[int, tuple] = {}  # argument -> (id of its array, its dtype)
         self.externals, self._baked = _externals(tee)
         super().__init__(tee, self.externals, target)
         self.args = tuple((t.dtype.name, tuple(t.shape.as_list())) for t in self.externals)
@@ -127,7 +140,7 @@ class TapeRecording(Recording):
         # a value B does not read (a scalar filler) is zeros of its spec inside G: B's body
         # reads static shapes
         self.saved_wires[p] = tuple(
-            ("zeros", x.dtype.name, tuple(spec.shape.as_list())) if _is_filler(x)
+            ("zeros", x.dtype.name, tuple(spec.shape.as_list())) if is_filler(x)
             else self._wire(x, x.dtype)[0] for x, spec in zip(saved, backward.cf.inputs))
         self.ops.append(SegmentOp(p, REGION_OP, (("backward", backward.name),), wires,
                                   len(outputs)))
@@ -139,6 +152,7 @@ class TapeRecording(Recording):
         """A numpy input (the batch the loop fed an op) is an argument too, as the tensor the op
         converts it to; a Python number or a baked axis stays a constant of the code."""
         if isinstance(x, np.ndarray | np.generic) and id(x) not in self._baked:
+            self.numpy_args[len(self.externals)] = (id(x), dtype)
             with capture.bypass():
                 x = tf.convert_to_tensor(x, dtype)
             self._arg_ids[x._id] = len(self.externals)
@@ -204,8 +218,9 @@ class TapeRegion:
         self.fn = FastCall(cf)
         self.hits = 0
 
-    def inputs(self, rec: TapeRecording) -> list:
-        """G's arguments for this call's values (a scalar filler where G does not read one)."""
+    def inputs(self, rec: TapeRecording | CopyValues) -> list:
+        """G's arguments for this call's values, read by ``rec.value`` (the wired copy, or a copy
+        matched by key); a scalar filler where G does not read one."""
         return [rec.value(k) if used or dtype in _UNFILLABLE else _filler(dtype)
                 for k, used, dtype in zip(self.keys, self.used, self.dtypes)]
 
@@ -216,6 +231,6 @@ class TapeRegion:
             out[i] = g
         return out
 
-    def run(self, rec: TapeRecording) -> list:
+    def run(self, rec: TapeRecording | CopyValues) -> list:
         """The sources' gradients for this call's values, as graph work."""
         return self.arrange(self.fn.packed(*self.inputs(rec)) if self.connected else ())

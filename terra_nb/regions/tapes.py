@@ -20,16 +20,16 @@ from tensorflow.python.ops.unconnected_gradients import UnconnectedGradients
 from .. import capture
 from ..capture import hooks
 from ..capture.location import user_line
-from ..capture.placeholder import Placeholder
 from ..trace.tracegraph import RegionCall
-from .backward import wire_key
 from .region import _gradient as region_gradient
 from .summary import RegionRow
 from .tape import REGION_OP, TapeRecording, TapeRegion, TapeTee
+from .tape_key import CopyKey, CopyValues, arg_sources
 
 _TEE = "_terra_tape_tee"  # a tape's copy, in the tape's __dict__ (it dies with the tape)
 MAX_TABLE = 64  # G functions per Terra: beyond, a recording that changes every call
 MAX_PENDING = 256
+MAX_MATCHED = 256  # copy keys answered without wiring
 FORM_AFTER = 3  # calls with one recording before its G forms: worth a compile and a new op
 QUICK_FORMS = 4  # Gs a call site with a G forms at a recording's first call (new specs)
 NAME = "GradientTape.gradient"
@@ -46,6 +46,7 @@ class Tapes:
         self.enabled = False  # Terra(regions="tapes"): experimental, off by default
         self.quick: dict[str, int] = {}  # call site -> Gs formed at a first call
         self.calls: dict[str, RegionCall] = {}
+        self.matched: dict[tuple, tuple] = {}  # copy key -> (G, where its arguments are)
 
     # -- while tapes record -----------------------------------------------------------------
 
@@ -100,23 +101,22 @@ class Tapes:
     def gradient(self, tape, original, target, sources, output_gradients=None,
                  unconnected_gradients=UnconnectedGradients.NONE):
         plain = output_gradients is None and unconnected_gradients == UnconnectedGradients.NONE
-        region, rec, key, row = self._plan(tape, target, sources, plain)
-        formed = region is not None and key in self.table
+        region, values, row, new = self._plan(tape, target, sources, plain)
         theirs = None
-        if not formed:  # one call site: the tape's gradient ops keep one program location
+        if region is None or new is not None:  # one call site: the tape's gradient ops keep
             theirs = original(tape, target, sources, output_gradients, unconnected_gradients)
         if region is None:
             return theirs
-        grads = region.run(rec)  # one call site too, for G's op
-        if not formed:  # a new G: formed if its gradients are the tape's
-            return self._check(key, region, row, grads, theirs)
+        grads = region.run(values)  # one call site too, for G's op
+        if new is not None:  # a new G: formed if its gradients are the tape's
+            return self._check(new, region, row, grads, theirs)
         row.hits += 1
         tape._watched_variables, tape._tape = tape._tape.watched_variables(), None
         return type(sources)(grads)
 
     def _plan(self, tape, target, sources, plain: bool) -> tuple:
-        """(G, the tape's recording, its key, its row) for this call: a formed G, a new one to
-        check, or None (TensorFlow's gradient alone)."""
+        """(G, the values it reads, the call site's row, what forming it needs) for this call:
+        a formed G (the last None), a new one to check, or None (TensorFlow's gradient alone)."""
         tee = tape.__dict__.pop(_TEE, None)
         none = (None,) * 4
         if tee is None or tee.broken or tape._tape is None or not plain \
@@ -132,19 +132,34 @@ class Tapes:
             tape._pop_tape()
         if record.could_possibly_record():  # another tape would record G's ops: higher order
             return none
+        watched = frozenset(v.handle._id for v in tape.watched_variables())
         try:
-            rec = TapeRecording(tee, target, {v.handle._id for v in tape.watched_variables()})
+            copy = CopyKey(tee, target, watched, handles)
+            matched = self.matched.get(copy.key)
+            if matched is not None:  # the guard: no wiring
+                return matched[0], CopyValues(copy, matched[1]), row, None
+            rec = TapeRecording(tee, target, watched)
         except Exception:  # noqa: BLE001 - an op the copy cannot wire: TensorFlow's gradient
             return none
         src = rec.source_keys(handles)
         key = (rec.key(), tuple(sorted(rec.saved_wires.items())), tuple(sorted(rec.trainable)),
                src)
         region = self.table.get(key)
-        if region is None and row.state == "formed":
+        if region is not None:  # formed, for another copy key (other outside values shared)
+            self._match(copy, rec, region)
+            return region, rec, row, None
+        if row.state == "formed":
             row.misses += 1  # other ops or specs than those of its G functions
-        if region is None:
-            region = self._new(key, rec, src, row)
-        return region, rec, key, row
+        region = self._new(key, rec, src, row)
+        return region, rec, row, (key, copy, rec)
+
+    def _match(self, copy: CopyKey, rec: TapeRecording, region: TapeRegion) -> None:
+        """Answer copies with ``copy``'s key by ``region`` without wiring them."""
+        sources = arg_sources(copy, rec.externals, rec.numpy_args)
+        if sources is not None:
+            if len(self.matched) >= MAX_MATCHED:
+                self.matched.clear()
+            self.matched[copy.key] = (region, sources)
 
     def _row(self) -> RegionRow:
         site, call = user_line()
@@ -160,11 +175,6 @@ class Tapes:
         seen = self.pending.get(key, 0) + 1
         quick = row.state == "formed" and self.quick.get(row.source, 0) < QUICK_FORMS
         ready = (seen >= FORM_AFTER or quick) and len(self.table) < MAX_TABLE
-        if ready and type(rec.value(wire_key(rec.outs[0]))) is Placeholder:
-            # co-executing: G would run for real on placeholders (the engine would learn to
-            # flush at each of its inputs), so it forms in the next iteration, run for real
-            self.regions.changed = True
-            ready = False
         if ready and not rec.created_vars:
             self.quick[row.source] = self.quick.get(row.source, 0) + (seen < FORM_AFTER)
             try:
@@ -179,16 +189,19 @@ class Tapes:
         row.note("traced")
         return None
 
-    def _check(self, key: tuple, region: TapeRegion, row: RegionRow, mine: list, theirs):
+    def _check(self, new: tuple, region: TapeRegion, row: RegionRow, mine: list, theirs):
         """Form G if its gradients equal the tape's bit for bit. G's are returned then: its op
-        is in this iteration's trace (one run for real, ``_new``), so its next call is known."""
-        with capture.bypass():  # terra-nb's check: no read of the program
+        is in this iteration's trace (one run for real, ``_new``), so its next call is known.
+        ``new``: G's key, the copy's key and its wiring."""
+        key, copy, rec = new
+        with capture.bypass(), capture.quiet_reads():  # terra-nb's check: no program read
             same = all(_same(a, b) for a, b in zip(mine, theirs))
         if not same:
             row.refuse("its compiled gradient differs from the tape's (a gradient the copy "
                        "cannot see)")
             return theirs
         self.table[key] = region
+        self._match(copy, rec, region)
         row.form(region.n_ops)
         fn = region.fn
         self.calls[fn.name] = RegionCall(fn.name, NAME, "backward", row.source, row.call,

@@ -178,3 +178,47 @@ def test_the_option_is_checked():
                 loss = tf.reduce_sum(tf.constant(x))
             tape.gradient(loss, [])
     assert not rows(default, TAPE)
+
+
+def test_matched_copies_are_not_wired_again(monkeypatch):
+    """Once G formed, a copy with the same key (``tape_key.CopyKey``) is answered without
+    building its ``TapeRecording``: only the calls before G formed are wired."""
+    from terra_nb.regions import tapes
+
+    wired = collections.Counter()
+
+    class Counted(tapes.TapeRecording):
+        def __init__(self, *args, **kwargs):
+            wired["copies"] += 1
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(tapes, "TapeRecording", Counted)
+    terra, plain, under_terra = compare_counted(mlp_program)
+    row = formed(terra, TAPE)
+    assert row.hits >= 10 and under_terra == plain - row.hits, terra.regions
+    assert 0 < wired["copies"] <= plain - row.hits  # no hit wired its copy
+
+
+def shared_outside_program(loop):
+    """The same ops on outside tensors that are one tensor in some iterations and two in the
+    others: G of the first reads one argument twice, so the key must tell them apart."""
+    w = tf.Variable(tf.ones((3,)))
+    rng = np.random.default_rng(2)
+    pairs = [rng.normal(size=(2, 3)).astype("float32") for _ in range(24)]
+    out = []
+    for i, pair in enumerate(loop(pairs)):
+        a = tf.constant(pair[0])
+        b = a if i % 2 else tf.constant(pair[1])
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w * a) + tf.reduce_sum(tf.square(w * b))
+        (grad,) = tape.gradient(loss, [w])
+        w.assign_sub(0.1 * grad)
+        out.append(float(loss))
+    return out, [w.numpy()]
+
+
+def test_outside_tensors_shared_or_not_get_their_own_g():
+    terra, plain, under_terra = compare_counted(shared_outside_program)
+    row = formed(terra, TAPE)
+    assert row.hits >= 10 and under_terra == plain - row.hits, terra.regions
+    assert len(terra.learned.regions.tapes.table) == 2, terra.regions  # one G for each wiring
