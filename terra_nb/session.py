@@ -8,10 +8,9 @@
     terra.explain()                  # every fallback, with its reason and source line
 
 Modes: ``coexec`` traces until an iteration is covered, then co-executes (the PythonRunner runs
-ahead answering ops with placeholders; the GraphRunner runs the confirmed ops as compiled
-segments in its own thread); ``lazy`` is the same with the graph run only when Python waits for
-it (serialised, the comparison point); ``trace`` runs eagerly and builds the TraceGraph; ``eager``
-runs the loop untouched with the same statistics (the baseline).
+ahead answering ops with placeholders; the GraphRunner runs the confirmed ops as compiled segments
+in its own thread); ``lazy``: the graph runs only when Python waits for it; ``trace`` runs eagerly
+and builds the TraceGraph; ``eager`` runs the loop untouched with the same statistics.
 """
 
 from __future__ import annotations
@@ -37,8 +36,8 @@ _open = threading.local()  # the Terra whose context is open in this thread
 @dataclass(frozen=True, slots=True)
 class IterationStats:
     """What one iteration did. Times are seconds (``perf_counter``); ``None`` = not measured
-    (eager mode does not look at ops). ``ended``: completed, stopped (break / exception).
-    Graph times count the GraphRunner's work on this iteration (it may finish after it).
+    (eager mode does not look at ops). ``ended``: completed, stopped (break / exception). Graph
+    times count the GraphRunner's work on this iteration (it may finish after it).
     ``regions_forming``: traced so that regions could form from its calls (or to learn the
     calls of regions just formed), although the loop could have co-executed."""
 
@@ -257,7 +256,8 @@ class Terra:
     def _record(self, result: IterationResult, t_end: float, ended: str) -> None:
         index = len(self._stats)
         stall = sum(s.duration for s in result.stalls if s.kind == "stall")
-        python = _exec_spans(index, result.phase, self._t_start, t_end, result.stalls)
+        marks = self._interception.take_marks(index, result.phase) if self._interception else []
+        python = _exec_spans(index, result.phase, self._t_start, t_end, result.stalls + marks)
         self._take_graph_spans(python)
         if result.fallback is not None:
             self._fallbacks.append(Fallback(index, *result.fallback))
@@ -383,8 +383,8 @@ def _check_options(mode, max_fallbacks, compile_after, program, keep_spans, lear
 
 
 def _exec_spans(iteration: int, phase: str, start: float, end: float, stalls) -> list[RunnerSpan]:
-    """The PythonRunner's exec spans are the gaps between its stalls; stalls and feed/fetch
-    moments are kept too."""
+    """The PythonRunner's exec spans are the gaps between its stalls; stalls, feed/fetch moments
+    and region calls are kept too."""
     spans = [s for s in stalls if s.kind != "stall"]
     cursor = start
     for stall in sorted((s for s in stalls if s.kind == "stall"), key=lambda s: s.t_start):

@@ -1,7 +1,9 @@
 """Per-iteration runner spans and their Chrome-trace export. Plain data, no TensorFlow.
 
 A ``RunnerSpan`` is a stretch of time one runner spent on one iteration: ``exec`` (working) or
-``stall`` (waiting for the other runner); ``feed`` and ``fetch`` are moments (start == end).
+``stall`` (waiting for the other runner); ``feed`` and ``fetch`` are moments (start == end); a
+``region`` span is a call the PythonRunner answered by a region (its ``label``: which call), within
+its exec time.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 RUNNERS = ("python", "graph")
-SPAN_KINDS = ("exec", "stall", "feed", "fetch")
+SPAN_KINDS = ("exec", "stall", "feed", "fetch", "region")
 PHASES = ("eager", "tracing", "coexec", "fallback")
 
 
@@ -26,6 +28,7 @@ class RunnerSpan:
     phase: str
     t_start: float
     t_end: float
+    label: str = ""  # a region span: the call (``Sequential.__call__``)
 
     @property
     def duration(self) -> float:
@@ -107,7 +110,7 @@ def to_chrome_trace(spans: Iterable[RunnerSpan]) -> str:
     ]
     for s in spans:
         common = {
-            "name": f"{s.kind} #{s.iteration}",
+            "name": f"{s.label or s.kind} #{s.iteration}",
             "cat": s.phase,
             "pid": 1,
             "tid": RUNNERS.index(s.runner),

@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 from tensorflow.python.eager import context, record
 
+from ..timeline import RunnerSpan
 from .effects import count_write, forget_writes
 from .table import Regions
 
@@ -202,10 +203,17 @@ class Interception:
             return True
         return False
 
+    def take_marks(self, iteration: int, phase: str) -> list[RunnerSpan]:
+        """The region calls answered in the iteration just ended, as timeline spans."""
+        marks, self.regions.marks = self.regions.marks, []
+        return [RunnerSpan("python", "region", iteration, phase, start, end, call)
+                for call, start, end in marks]
+
     @contextlib.contextmanager
     def iteration(self):
         """Inside one Terra iteration: this thread's outermost Keras calls go to the regions."""
         _local.regions, _local.depth = self.regions, 0
+        self.regions.marks = []  # (those of an iteration nobody took the marks of)
         try:
             yield
         finally:

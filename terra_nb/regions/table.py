@@ -11,6 +11,7 @@ show an effect ``REFUSE_AFTER`` times in a row is refused: it runs op by op from
 from __future__ import annotations
 
 import contextlib
+import time
 
 import numpy as np
 from tensorflow.python.framework import op_def_registry
@@ -92,6 +93,7 @@ class Regions:
         self.dropped: dict[str, RegionCall] = {}  # the functions of regions no longer formed
         self.families = Families()
         self.tapes = Tapes(self)  # GradientTape.gradient answered by one function
+        self.marks: list[tuple[str, float, float]] = []  # this iteration's hits: call, start, end
 
     def state(self, objs: list, writes: bool = True) -> tuple:
         """Of ``objs`` (an object and its sublayers): the layers' trainable flags; the variable
@@ -140,6 +142,7 @@ class Regions:
         """Answer ``fn(*args, **kwargs)`` (``obj.method``): a hit, or a run of its Python (traced
         on the way to a region, or not). The Python runs from one line whatever the reason, so
         its ops have one program location."""
+        start = time.perf_counter()
         args = tuple(list(a) if type(a) is zip else a for a in args)  # apply_gradients(zip(..))
         # numpy data is an argument of the region, as the tensor Keras would convert it to
         args, kwargs = _numpy_as_tensors(args), {k: _numpy_as_tensors(v) for k, v in kwargs.items()}
@@ -151,6 +154,7 @@ class Regions:
         else:
             result = self._hit(key, obj, tensors)
             if result is not _MISS:
+                self.marks.append((self.rows[key].name, start, time.perf_counter()))
                 return result
             row = self._row(key, obj, method)
             if row.state != "refused" or row.refusals < REFUSE_AFTER:

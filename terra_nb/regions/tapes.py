@@ -11,6 +11,8 @@ a persistent tape, another tape recording the gradient, output gradients,
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import backprop, record
@@ -100,6 +102,7 @@ class Tapes:
 
     def gradient(self, tape, original, target, sources, output_gradients=None,
                  unconnected_gradients=UnconnectedGradients.NONE):
+        start = time.perf_counter()
         plain = output_gradients is None and unconnected_gradients == UnconnectedGradients.NONE
         region, values, row, new = self._plan(tape, target, sources, plain)
         theirs = None
@@ -111,6 +114,7 @@ class Tapes:
         if new is not None:  # a new G: formed if its gradients are the tape's
             return self._check(new, region, row, grads, theirs)
         row.hits += 1
+        self.regions.marks.append((NAME, start, time.perf_counter()))
         tape._watched_variables, tape._tape = tape._tape.watched_variables(), None
         return type(sources)(grads)
 

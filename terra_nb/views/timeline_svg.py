@@ -1,8 +1,8 @@
 """The timeline picture: per iteration, a PythonRunner and a GraphRunner lane with exec and stall
-spans, feed and fetch moments, iteration boundaries and phase changes, over a rolling window of
-the last iterations, with a legend of every mark; and the summary bar (the paper's Figure 6:
-exec/stall per runner). Each is drawn once on a canvas: SVG for the widgets, PNG for the static
-fallback.
+spans, feed and fetch moments, region calls, iteration boundaries and phase changes, over a
+rolling window of the last iterations, with a legend of every mark; and the summary bar (the
+paper's Figure 6: exec/stall per runner). Each is drawn once on a canvas: SVG for the widgets,
+PNG for the static fallback.
 
 Reads only ``RunnerSpan`` and ``IterationStats`` records (any object with those fields).
 """
@@ -26,6 +26,7 @@ SUMMARY_HEIGHT = 70
 LANE_NAMES = {"python": "PythonRunner", "graph": "GraphRunner"}
 EXEC_COLORS = {"python": "#4c6ef5", "graph": "#12b886"}
 MOMENT_COLORS = {"feed": "#1c7ed6", "fetch": "#e03131"}
+REGION_COLOR = "#ae3ec9"  # a region call: a tick along the foot of the PythonRunner's lane
 PHASE_COLORS = {"tracing": "#f59f00", "coexec": "#2f9e44", "fallback": "#e03131",
                 "eager": "#adb5bd"}
 LABEL_STEPS = (1, 2, 5, 10, 20, 50, 100)
@@ -156,6 +157,10 @@ def _span(canvas, s, x) -> None:
     title = f"{LANE_NAMES.get(s.runner, s.runner)} {s.kind} · iteration {s.iteration}" \
         f" · {s.phase} · {ms:.3f} ms"
     cls = f"terra-span terra-{s.kind} terra-{s.runner}"
+    if s.kind == "region":
+        canvas.rect(xs, y + LANE_H - 4, max(x(s.t_end) - xs, 1.5), 4, REGION_COLOR, cls=cls,
+                    title=f"region call {s.label} · iteration {s.iteration} · {ms:.3f} ms")
+        return
     if s.kind in ("feed", "fetch"):
         with canvas.group(cls, title):
             _moment(canvas, s.kind, xs, y)
@@ -208,7 +213,11 @@ def _legend(canvas) -> None:
     for phase, color in PHASE_COLORS.items():
         x = _swatch(canvas, x, y, phase, color)
     canvas.line(x, y - 9, x, y + 1, PHASE_COLORS["fallback"], width=2)
-    canvas.text(x + 6, y, "→ phase: the phase changes")
+    text = "→ phase: the phase changes"
+    canvas.text(x + 6, y, text)
+    x += 18 + 6 * len(text)
+    canvas.rect(x, y - 3, 14, 4, REGION_COLOR)
+    canvas.text(x + 18, y, "region call (one function answers a Keras call)")
 
 
 def _swatch(canvas, x: float, y: float, text: str, fill: str) -> float:

@@ -77,3 +77,28 @@ def test_view_plan_collapses_a_region_and_opens_it_to_its_ops():
     assert f"subgraph cluster_{key} {{" in dot
     inner = re.findall(rf"^\s*{key}_\d+ \[label=\"?(\w+)", dot, re.M)
     assert tuple(inner) == fwd.ops
+
+
+def test_the_timeline_marks_region_calls():
+    """Each call a region answered is a ``region`` span of the PythonRunner, labelled by the
+    call: as many as the rows' hits, drawn in the timeline picture and named in the Chrome
+    trace."""
+    from terra_nb.timeline import to_chrome_trace
+    from terra_nb.views.timeline_svg import timeline_svg
+
+    terra = train()
+    hits = {r.name: r.hits for r in terra.regions.rows if r.hits}
+    assert set(hits) >= {"Sequential.__call__", "Adam.apply_gradients"}, terra.regions
+    marks = [s for s in terra.spans if s.kind == "region"]
+    assert {s.label for s in marks} == set(hits)
+    for name, count in hits.items():
+        assert sum(s.label == name for s in marks) == count
+    assert all(s.runner == "python" and s.t_end >= s.t_start for s in marks)
+    coexec = {s.iteration for s in terra.stats if s.phase == "coexec"}
+    assert coexec and coexec <= {s.iteration for s in marks}  # every co-executed one has some
+    svg = timeline_svg(terra.spans, terra.stats, window=ITERATIONS)
+    assert svg.count("terra-region") == len(marks)
+    assert "region call Sequential.__call__ · iteration" in svg
+    events = json.loads(to_chrome_trace(terra.spans))["traceEvents"]
+    assert sum(e["name"].startswith("Adam.apply_gradients #") for e in events) == \
+        hits["Adam.apply_gradients"]
