@@ -24,6 +24,8 @@ TUPLE_DEPTH = 2  # a tuple holding a placeholder, and a tuple holding that tuple
 def hand_over(placeholders: list[Placeholder]) -> list[Placeholder]:
     """Replace ``placeholders`` (with values) by their values in the lists and dicts that refer
     to them, directly or through tuples; return those still referred to from elsewhere."""
+    if not placeholders:  # the usual case: gc.get_referrers would walk the heap for nothing
+        return []
     done = [ph for ph in placeholders if ph.value is not None]
     swap = {id(ph): ph.value for ph in done}  # object id -> its replacement
     olds, keep = list(done), []  # keep: every replaced object stays alive (its id stays unique)

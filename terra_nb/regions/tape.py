@@ -125,7 +125,6 @@ class TapeRecording(Recording):
         self.externals, self._baked = _externals(tee)
         super().__init__(tee, self.externals, target)
         self.args = tuple((t.dtype.name, tuple(t.shape.as_list())) for t in self.externals)
-        self.rec = self
         self.trainable = {k: h for k, h in self.handles.items() if h._id in watched}
         self.outs = [w for w in self.out_wires if isinstance(w, Wire) and w.kind == "op"]
         self.grad_fns = {p: _region_grads for p in tee.regions}
@@ -159,6 +158,12 @@ class TapeRecording(Recording):
             self.externals.append(x)
             return Wire("arg", self._arg_ids[x._id]), False
         return super()._wire(x, dtype)
+
+    @property
+    def rec(self) -> TapeRecording:
+        """Itself, as ``backward`` reads a region's recording (a property: an attribute would
+        be a reference cycle, keeping the copy's tensors until the cyclic collector runs)."""
+        return self
 
     def value(self, key: tuple):
         """This call's tensor of a value key of G's arguments."""
@@ -195,8 +200,10 @@ class TapeRegion:
         self.dtypes = [rec.spec[k][0] for k in self.keys]
         self.connected: list[int] = []  # positions of the sources G returns a gradient for
         target = wire_key(rec.outs[0])
+        traced = [rec]  # only while G is traced: the copy's tensors must not outlive the call
 
         def body(*flat):
+            rec = traced[0]
             value = _Values(rec, dict(zip(self.keys, flat)))
             dtype, shape = rec.spec[target]
             grads = propagate(rec, view, {target: [tf.ones(shape, dtype)]}, value)
@@ -212,6 +219,7 @@ class TapeRegion:
         specs = [tf.TensorSpec(rec.spec[k][1], rec.spec[k][0]) for k in self.keys]
         cf = tf.function(body, autograph=False, experimental_attributes=NOINLINE
                          ).get_concrete_function(*specs)
+        traced.clear()
         self.used = [ph.consumers() != [] for ph in cf.graph.inputs[:len(self.keys)]]
         self.n_sources = len(sources)
         self.n_ops = len(view.in_set)

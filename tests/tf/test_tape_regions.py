@@ -222,3 +222,25 @@ def test_outside_tensors_shared_or_not_get_their_own_g():
     row = formed(terra, TAPE)
     assert row.hits >= 10 and under_terra == plain - row.hits, terra.regions
     assert len(terra.learned.regions.tapes.table) == 2, terra.regions  # one G for each wiring
+
+
+def test_no_placeholder_outlives_a_tape_loop(monkeypatch):
+    """G's recording is dropped once G is traced (and has no reference cycle), so a G formed in
+    a co-executed iteration keeps no placeholder alive: closing the loop walks no heap for
+    placeholders to swap, and leaves no capture hook in place."""
+    from terra_nb.capture import hooks
+    from terra_nb.coexec import handover
+
+    walks = collections.Counter()
+    real_gc = handover.gc
+
+    class CountingGc:
+        @staticmethod
+        def get_referrers(*objects):
+            walks["heap"] += 1
+            return real_gc.get_referrers(*objects)
+
+    monkeypatch.setattr(handover, "gc", CountingGc)
+    terra, _, _ = compare_counted(rnn_program)
+    assert formed(terra, TAPE).hits >= 8, terra.regions
+    assert walks["heap"] == 0 and hooks._holds == 0 and not hooks.is_installed()
