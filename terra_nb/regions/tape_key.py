@@ -42,7 +42,7 @@ class CopyKey:
     def _op(self, tee: TapeTee, p: int, op_type: str, args, attrs, outputs, paused) -> tuple:
         outs = flatten(outputs)
         self.outputs.append(outs)
-        if op_type == REGION_OP:  # its F's and B's signatures fix every spec: wiring only
+        if op_type == REGION_OP:  # B's name fixes its F's and B's signatures
             backward, saved = tee.regions[p]
             key = (backward.name, paused, tuple([self._wiring(x) for x in (*args, *saved)]))
         else:  # the fast path passes attrs after its inputs
@@ -56,11 +56,14 @@ class CopyKey:
         return key
 
     def _wiring(self, x):
-        """Where a region's input or saved value comes from (its spec is B's)."""
+        """Where a region's input or saved value comes from (B's signature fixes the spec of
+        what its ops make; an outside value's is keyed all the same)."""
         made = self.made.get(x._id)
         if made is not None:
             return made
-        return ("filler",) if is_filler(x) else self._name(("t", x._id), x)
+        if is_filler(x):
+            return ("filler",)
+        return (self._name(("t", x._id), x), x.dtype, x._shape_tuple())
 
     def _input(self, x, like: bool):
         t = type(x)
