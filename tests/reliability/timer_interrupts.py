@@ -93,6 +93,13 @@ def interrupted_run(program, learned, delay: float) -> tuple[bool, list, object]
             time.sleep(0)  # a Ctrl-C already on its way lands here, inside the try
     except KeyboardInterrupt as error:
         return True, log, _landed(error)
+    except SystemError as error:
+        if "returned a result with an exception set" not in str(error):
+            raise
+        # The Ctrl-C landed in Python that TensorFlow's C code called back (a variable's handle,
+        # read by TFE_Py_TapeVariableAccessed inside a layer's call): Python turns it into this
+        # SystemError, as it does in plain eager. The state must still be eager's at a cut.
+        return True, log, _landed(error)
     finally:
         timer.cancel()
         timer.join()
