@@ -323,12 +323,12 @@ def bypass() -> Iterator[None]:
 
 
 @contextmanager
-def quiet_reads(quiet: bool = True) -> Iterator[None]:
-    """Placeholders read in this thread inside the block (if ``quiet``) are not fetches the plan
-    learns: the inputs of ops run eagerly after a divergence (known ops in the next iteration),
-    terra-nb's own checks."""
+def quiet_reads() -> Iterator[None]:
+    """Placeholders read in this thread inside the block are not fetches the plan learns: the
+    inputs of ops run eagerly after a divergence (known ops in the next iteration), terra-nb's
+    own checks."""
     previous = getattr(_local, "quiet", False)
-    _local.quiet = quiet or previous
+    _local.quiet = True
     try:
         yield
     finally:

@@ -8,10 +8,7 @@ value (a fetch) and at the end of the iteration; a ``tf.function`` call is one s
 needs real inputs (data-dependent output shapes, a stateful op without a variable) runs eagerly
 once the graph has caught up.
 
-The graph only ever runs ops Python has already issued, so nothing unconfirmed can take effect. A
-call the index does not know is a *divergence*: the graph catches up, and the rest of the iteration
-runs eagerly and is traced (fallback); the iteration log keeps all its ops, so its trace is whole.
-"""
+The graph runs only issued ops; an unknown call is a *divergence*: the rest runs eagerly, traced."""
 
 from __future__ import annotations
 
@@ -324,8 +321,11 @@ class PythonRunner:
         return shaped_outputs(entry, outs)
 
     def _trace_op(self, run, op_name, args, attrs, loc: int):
-        with capture.quiet_reads(self.divergence is not None):  # not fetches after one:
-            real = capture.real_values(args)  # its ops are known in the next iteration
+        if self.divergence is None:  # the hot path: no context manager per op
+            real = capture.real_values(args)
+        else:  # after one, inputs are not fetches: its ops are known in the next iteration
+            with capture.quiet_reads():
+                real = capture.real_values(args)
         try:
             outputs = run(real)
         except _FallbackException:
