@@ -23,6 +23,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any
 
+from . import heap
 from .errors import TerraError, TerraUsageError
 from .modes import CoexecEngine, EagerEngine, IterationResult, Learned, TraceEngine
 from .regions import Explained, Interception, RegionSummary
@@ -116,12 +117,8 @@ class Terra:
         self.use_regions = (mode in ("coexec", "lazy") and program != "whole"
                             if regions is None else regions)
         self._interception: Interception | None = None
-        self.mode = mode
-        self.max_fallbacks = max_fallbacks
-        self.strict = strict
-        self.xla = xla
-        self.compile_after = compile_after
-        self.program_kind = program
+        self.mode, self.max_fallbacks, self.strict = mode, max_fallbacks, strict
+        self.xla, self.compile_after, self.program_kind = xla, compile_after, program
         self.learned = learned if learned is not None else Learned()
         self._state = "new"  # new -> open -> closed
         self._engine: Any = None
@@ -156,6 +153,7 @@ class Terra:
             except BaseException:
                 self._engine.close()
                 raise
+        heap.freeze()  # no full garbage collection walks TensorFlow's objects in the loop
         _open.terra = self
         self._state = "open"
         return self
@@ -176,6 +174,7 @@ class Terra:
         finally:
             _open.terra = None
             self._state = "closed"
+            heap.thaw()
             try:
                 if self._interception is not None:
                     with self._engine.critical():  # a Ctrl-C is raised once Keras is restored

@@ -1,0 +1,37 @@
+"""The heap while a loop runs: objects alive when a Terra opens are left out of Python's cyclic
+garbage collections until it closes.
+
+Tracing and co-execution allocate many small containers (trace records, op signatures), so the
+collector runs far more often than in plain eager code, and now and then a full collection walks
+every object in the process. With TensorFlow and Keras loaded that is some 360,000 objects:
+130-230 ms each time, measured in a 30-step cell of the MLP and the CNN loops, more than all of
+its co-executed steps. ``gc.freeze`` moves the objects alive now to a permanent generation no
+collection walks; ``gc.unfreeze`` puts them back when the last open Terra closes, so garbage
+among them is collected as before. Objects made inside the loop are collected as usual.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+_lock = threading.Lock()
+_open = 0  # Terras open (in any thread)
+
+
+def freeze() -> None:
+    """A Terra opens: the first one freezes the objects alive now."""
+    global _open
+    with _lock:
+        if _open == 0:
+            gc.freeze()
+        _open += 1
+
+
+def thaw() -> None:
+    """A Terra closes: the last one gives the frozen objects back to the collector."""
+    global _open
+    with _lock:
+        _open -= 1
+        if _open == 0:
+            gc.unfreeze()
