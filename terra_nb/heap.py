@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import gc
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 _lock = threading.Lock()
 _open = 0  # Terras open (in any thread)
@@ -35,3 +37,18 @@ def thaw() -> None:
         _open -= 1
         if _open == 0:
             gc.unfreeze()
+
+
+@contextmanager
+def thawed() -> Iterator[None]:
+    """Inside the block every object is visible to ``gc.get_referrers`` again (it skips frozen
+    ones): a hand-over of placeholders mid-loop finds the user's list made before the loop.
+    Frozen again after, with what the loop made so far."""
+    frozen = gc.get_freeze_count() > 0
+    if frozen:
+        gc.unfreeze()
+    try:
+        yield
+    finally:
+        if frozen:
+            gc.freeze()

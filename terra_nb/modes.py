@@ -160,6 +160,7 @@ class CoexecEngine:
         self.gave_up = False
         self.eager = False
         self._eager_until = 0  # the first iteration to co-execute again
+        self._aside = False  # hooks and barrier removed for a stretch of eager iterations
         self._eager_span = self.eager_span
         self._fallback_iterations: list[int] = []
         self._one_off: list[bool] = []  # per co-executed iteration: were its segments all new?
@@ -196,6 +197,24 @@ class CoexecEngine:
         finally:
             interrupts.leave()  # raises a Ctrl-C that came meanwhile
 
+    def _step_aside(self) -> None:
+        """For a stretch of eager iterations: once the graph has run all it was given, eager ops
+        need neither the barrier nor the hooks (placeholders still held are handed over, as at
+        the loop's close), so they run at eager's own speed, not 10% slower."""
+        if not self._aside:
+            self.runner.sync()
+            capture.hold_until_collected(self.runner.kept.hand_over())
+            capture.set_barrier(None)
+            capture.release_placeholders()
+            self._aside = True
+
+    def _step_back(self) -> None:
+        """Co-execution again (or the loop closes): the hooks and the barrier are back."""
+        if self._aside:
+            capture.hold_placeholders()
+            capture.set_barrier(self.runner.sync)
+            self._aside = False
+
     def keep_tracing(self) -> bool:
         """Trace the next iteration (regions are forming from its calls, which must run for
         real); ``end`` decides again from it whether the loop is ready. Whether it would have
@@ -213,7 +232,9 @@ class CoexecEngine:
         if self.eager and iteration >= self._eager_until:
             self.eager = False  # try co-execution again
             self._one_off.clear()
-        if self.eager:  # eager ops wait for the graph to finish first (the barrier)
+            self._step_back()
+        if self.eager:
+            self._step_aside()
             return contextlib.nullcontext()
         coexec = self._coexecutes
         if not coexec:  # its ops run eagerly: the graph first finishes what it was given
@@ -344,6 +365,7 @@ class CoexecEngine:
         # ExitStack between popping a callback and calling it would skip that callback (the
         # SIGINT handler or the capture hooks would stay installed for good).
         with self.critical(), self._hold:
+            self._step_back()  # what _hold undoes is in place again
             self.runner.close()
 
     @property

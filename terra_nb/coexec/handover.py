@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import sys
 
+from .. import heap
 from ..capture.placeholder import Placeholder
 
 TUPLE_DEPTH = 2  # a tuple holding a placeholder, and a tuple holding that tuple
@@ -31,7 +32,9 @@ def hand_over(placeholders: list[Placeholder]) -> list[Placeholder]:
     olds, keep = list(done), []  # keep: every replaced object stays alive (its id stays unique)
     for depth in range(TUPLE_DEPTH + 1):
         ours = {id(placeholders), id(done), id(olds), id(keep)}
-        tuples = [h for h in gc.get_referrers(*olds) if id(h) not in ours and _swap_in(h, swap)]
+        with heap.thawed():  # a list made before the loop is frozen: get_referrers skips it
+            tuples = [h for h in gc.get_referrers(*olds)
+                      if id(h) not in ours and _swap_in(h, swap)]
         keep += olds
         olds = [t for t in tuples if depth < TUPLE_DEPTH and id(t) not in swap]
         for t in olds:
