@@ -14,6 +14,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from tensorflow.python.eager import record
+
 from . import capture
 from .capture import functions
 from .capture.location import LocationTable
@@ -200,8 +202,9 @@ class CoexecEngine:
     def _step_aside(self) -> None:
         """For a stretch of eager iterations: once the graph has run all it was given, eager ops
         need neither the barrier nor the hooks (placeholders still held are handed over, as at
-        the loop's close), so they run at eager's own speed, not 10% slower."""
-        if not self._aside:
+        the loop's close), so they run at eager's own speed, not 10% slower. Not while a tape
+        records: a placeholder it saw is tied to its value by the hooks (``Placeholder.real``)."""
+        if not self._aside and not record.could_possibly_record():
             self.runner.sync()
             capture.hold_until_collected(self.runner.kept.hand_over())
             capture.set_barrier(None)
