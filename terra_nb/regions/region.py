@@ -134,7 +134,14 @@ class Region:
         self.t_handles = [rec.handles[k] for k in self.trainable]
         self.t_vars = list(self.trainable.values())
         self.float_args = tuple(i for i, (dt, _) in enumerate(rec.args) if trainable_dtype(dt))
-        self.outs = [w for w in rec.out_wires if isinstance(w, Wire) and w.kind == "op"]
+        # F returns each op output once: an output returned twice (a cell's output and its new
+        # state) is one tensor, as in eager, and one output of the region's op on the tape
+        self.outs = list(dict.fromkeys(w for w in rec.out_wires
+                                       if isinstance(w, Wire) and w.kind == "op"))
+        # where each leaf of the call's result comes from: F's output j, argument i, or a value
+        self._leaves = [("op", self.outs.index(w)) if isinstance(w, Wire) and w.kind == "op"
+                        else ("arg", w.index) if isinstance(w, Wire) else ("value", w)
+                        for w in rec.out_wires]
         self.single = len(rec.out_wires) == 1 and not tf.nest.is_nested(rec.out_struct)
         self.pack = packer(rec.out_struct)
         # F alone is compiled on the first call no tape records: a model called only under a
@@ -257,9 +264,8 @@ class Region:
                      for kind, j in where]
             record.record_operation("TerraRegion", outs, [args[i] for i in watched]
                                     + self.t_handles, functools.partial(_gradient, backward, saved))
-        it = iter(flat or ())
-        leaves = [next(it) if isinstance(w, Wire) and w.kind == "op" else
-                  args[w.index] if isinstance(w, Wire) else w for w in self.rec.out_wires]
+        leaves = [flat[j] if kind == "op" else args[j] if kind == "arg" else j
+                  for kind, j in self._leaves]
         if self.single:  # one tensor (a model's output) or none: nothing to pack
             return leaves[0]
         return self.pack(leaves)
