@@ -8,6 +8,11 @@ every object in the process. With TensorFlow and Keras loaded that is some 360,0
 its co-executed steps. ``gc.freeze`` moves the objects alive now to a permanent generation no
 collection walks; ``gc.unfreeze`` puts them back when the last open Terra closes, so garbage
 among them is collected as before. Objects made inside the loop are collected as usual.
+
+What a user can see: garbage in reference cycles made before the loop and dropped inside it is
+collected at the loop's close, not in it (a finalizer runs later), and inside the loop
+``gc.get_objects()`` and ``gc.get_referrers()`` skip the frozen objects. A process that froze
+objects itself keeps its own freeze: terra-nb then freezes nothing.
 """
 
 from __future__ import annotations
@@ -19,36 +24,41 @@ from contextlib import contextmanager
 
 _lock = threading.Lock()
 _open = 0  # Terras open (in any thread)
+_froze = False  # whether the first of them froze the heap (not if the user had frozen it)
 
 
 def freeze() -> None:
-    """A Terra opens: the first one freezes the objects alive now."""
-    global _open
+    """A Terra opens: the first one freezes the objects alive now, unless the process froze
+    some itself (it manages its collections; its freeze is left as it is)."""
+    global _open, _froze
     with _lock:
-        if _open == 0:
+        if _open == 0 and gc.get_freeze_count() == 0:
             gc.freeze()
+            _froze = True
         _open += 1
 
 
 def thaw() -> None:
-    """A Terra closes: the last one gives the frozen objects back to the collector."""
-    global _open
+    """A Terra closes: the last one gives the objects it froze back to the collector."""
+    global _open, _froze
     with _lock:
         _open -= 1
-        if _open == 0:
+        if _open == 0 and _froze:
             gc.unfreeze()
+            _froze = False
 
 
 @contextmanager
 def thawed() -> Iterator[None]:
     """Inside the block every object is visible to ``gc.get_referrers`` again (it skips frozen
-    ones): a hand-over of placeholders mid-loop finds the user's list made before the loop.
-    Frozen again after, with what the loop made so far."""
-    frozen = gc.get_freeze_count() > 0
-    if frozen:
-        gc.unfreeze()
-    try:
-        yield
-    finally:
+    ones): a hand-over of placeholders finds a list made before the loop. Frozen again after,
+    with what the loop made so far. Holds the lock: no Terra opens or closes meanwhile."""
+    with _lock:
+        frozen = _froze
         if frozen:
-            gc.freeze()
+            gc.unfreeze()
+        try:
+            yield
+        finally:
+            if frozen:
+                gc.freeze()

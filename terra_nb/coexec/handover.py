@@ -56,7 +56,24 @@ def _swap_in(holder, swap: dict) -> bool:
             if id(x) in swap:
                 holder[i] = swap[id(x)]
     elif type(holder) is dict:
+        owner = _class_of(holder)
         for key, x in list(holder.items()):
             if id(x) in swap:
-                holder[key] = swap[id(x)]
+                if owner is not None:  # through the class: CPython's attribute cache follows
+                    setattr(owner, key, swap[id(x)])
+                else:
+                    holder[key] = swap[id(x)]
     return type(holder) is tuple
+
+
+def _class_of(namespace: dict) -> type | None:
+    """The class whose namespace ``namespace`` is (a class attribute holds the placeholder).
+    Written to directly, the type's attribute cache would still point at the freed placeholder
+    (a crash at the next read). Only a namespace with a class's own keys is looked up."""
+    if "__module__" not in namespace or "__doc__" not in namespace:
+        return None  # an instance's or a module's: not a class
+    for referrer in gc.get_referrers(namespace):
+        if isinstance(referrer, type) and all(
+                vars(referrer).get(k) is v for k, v in namespace.items()):
+            return referrer
+    return None

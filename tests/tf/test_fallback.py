@@ -142,3 +142,50 @@ def test_placeholders_stay_usable_after_the_loop():
     assert_coexecuted(terra, last=3)
     assert float(kept) == pytest.approx((5.0 + 6.0) * 3.0)
     assert float(kept + 1.0) == pytest.approx(34.0)  # an eager op on it after the context
+
+
+CLASS_ATTRIBUTE_PROGRAM = """
+import tensorflow as tf
+from terra_nb import Terra
+
+class Stats:
+    last = None
+
+v = tf.Variable(tf.fill((4, 4), 0.5))
+with Terra() as terra:
+    for _ in terra.loop(range(6)):
+        Stats.last = v * 2.0
+        v.assign(Stats.last * 0.5)
+        _ = Stats.last  # read back: CPython's type attribute cache holds the placeholder
+coexecuted = [s.phase for s in terra.stats].count("coexec")
+same = Stats.last is Stats.__dict__["last"]  # False: the cache points at the freed placeholder
+print(same, type(Stats.last).__name__, float(tf.reduce_sum(Stats.last)), coexecuted)
+"""
+
+
+def test_a_placeholder_in_a_class_attribute_is_handed_over_through_the_class():
+    """Written straight into the class's namespace, the value left CPython's attribute cache
+    pointing at the freed placeholder: a later read crashed the process, when the cache entry
+    was still there (run apart here; without the fix it failed 1 run in 3)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", CLASS_ATTRIBUTE_PROGRAM], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    same, kind, total, coexecuted = out.stdout.split()[-4:]
+    # eager's total: v stays 0.5, so 16 entries of 1.0
+    assert (same, kind, float(total)) == ("True", "EagerTensor", 16.0)
+    assert int(coexecuted) >= 3
+
+
+def test_terra_leaves_a_freeze_the_process_made_itself():
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        with Terra(mode="trace") as terra:
+            for _ in terra.loop(range(2)):
+                assert gc.get_freeze_count() == before  # nothing more frozen by terra-nb
+        assert gc.get_freeze_count() == before and len(terra.stats) == 2
+    finally:
+        gc.unfreeze()
