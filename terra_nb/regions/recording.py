@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python import pywrap_tfe
 from tensorflow.python.eager.core import _FallbackException
-from tensorflow.python.framework import op_def_registry
+from tensorflow.python.framework import op_def_registry, ops
 
 from .. import capture
 from ..capture import hooks
@@ -45,6 +45,9 @@ class RecordingTee:
         self.inner = inner
         self.raw: list[tuple] = []  # (op type, args, attrs, outputs, tape paused)
         self.fetched: list = []
+        # tensor ids count up from one counter: a tensor whose id is above this one was made
+        # during the call
+        self.first_id = ops.uid()
 
     def run_op(self, run, op_name, args, attrs, frame):
         inner = self.inner
@@ -105,7 +108,7 @@ class Recording:
         with capture.bypass():
             for p, raw in enumerate(tee.raw):
                 self._add_op(p, *raw[:4])
-            self._split_reads(tee.fetched)
+            self._split_reads(tee.fetched, tee.first_id)
         leaves = tf.nest.flatten(result)
         self.out_wires = [self._out_wire(leaf) for leaf in leaves]
         # the result's structure, without keeping its tensors alive
@@ -113,15 +116,20 @@ class Recording:
             result, [None if isinstance(leaf, tf.Tensor) else leaf for leaf in leaves])
         self.created_vars = any(op.op_type in VARIABLE_OPS for op in self.ops)
 
-    def _split_reads(self, fetched: list) -> None:
+    def _split_reads(self, fetched: list, first_id: int | None) -> None:
         """Reads of shape-derived values (Keras' Dropout reads its noise shape) are fixed by the
-        guard's input specs; boolean scalars made by the call's ops are its branch decisions
-        (``branches.py``: op position, output, value); any other read is an effect."""
+        guard's input specs, and reads of constants the call made from its own Python values
+        (``tf.image.resize`` reads its size) are fixed as the region's baked constants are;
+        boolean scalars made by the call's ops are its branch decisions (``branches.py``: op
+        position, output, value); any other read is an effect."""
         self.reads, self.branches = 0, []  # a count: a recording keeps no tensor alive
         for t in fetched:
             made = self._made.get(t._id)
             if made is not None and made[0] in self._shape_derived:
                 continue
+            if made is None and first_id is not None and t._id > first_id \
+                    and t._id not in self._arg_ids:
+                continue  # made in the call by no op: a constant
             if made is not None and t.dtype == tf.bool and t.shape.rank == 0:
                 self.branches.append((*made, bool(t.numpy())))
             else:

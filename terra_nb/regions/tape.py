@@ -44,6 +44,9 @@ class TapeTee(RecordingTee):
 
     def __init__(self, inner) -> None:
         super().__init__(inner)
+        # a tape records the loop's own code: a constant made there may come from the loop's
+        # data, so reading it stays an effect (``Recording._split_reads``)
+        self.first_id = None
         self.broken = ""  # why the tape's ops cannot be known from the copy
         self.regions: dict[int, tuple] = {}  # position -> (B, its saved inputs) of a region
 

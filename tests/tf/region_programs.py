@@ -36,6 +36,7 @@ class EffectLayer(keras.layers.Layer):
     def __init__(self, effect: str, **kwargs) -> None:
         super().__init__(**kwargs)
         self.effect, self.calls = effect, 0
+        self.scale = tf.constant([2.0])  # a tensor made before any call
 
     def call(self, x):
         CALLS[f"EffectLayer.{self.effect}"] += 1
@@ -47,6 +48,11 @@ class EffectLayer(keras.layers.Layer):
             _ = float(tf.reduce_sum(x).numpy())
         elif self.effect == "new variable":
             return x * tf.Variable(2.0)  # a new variable on every call, kept nowhere
+        elif self.effect == "tensor attribute read":
+            _ = float(self.scale.numpy()[0])
+        elif self.effect == "resize":  # reads the size constant it makes (as SDPoint's model)
+            images = tf.image.resize(tf.reshape(x, (-1, 2, 2, 2)), (3, 3))
+            return tf.reshape(images, (-1, 18))
         return x * 2.0
 
 

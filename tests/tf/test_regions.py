@@ -121,7 +121,8 @@ def effect_program(*effects: str, steps: int = 8):
 
 
 EFFECTS = {"print": "stdout/stderr write", "counter": "attribute changed: EffectLayer.calls",
-           "numpy": "value read", "new variable": "variable created"}
+           "numpy": "value read", "new variable": "variable created",
+           "tensor attribute read": "value read"}
 
 
 @pytest.mark.parametrize("effect", list(EFFECTS))
@@ -133,6 +134,16 @@ def test_refused_with_reason(effect):
     assert "test_regions.py" in row.source and "model(x, training=True)" in row.source
     assert calls == eager_calls  # the Python ran every time
     assert EFFECTS[effect] in str(terra.explain())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_constant_the_call_makes_and_reads_is_no_effect(mode):
+    # tf.image.resize reads the size tensor it makes from Python ints: fixed as a baked constant
+    # is, so the call forms a region (a tensor made before the call is a value read: above)
+    terra, calls, eager_calls = compare(effect_program("resize", steps=12), OPTIONS[mode])
+    row = formed(terra, "Sequential.__call__")
+    assert row.hits >= 6 and terra.regions.refused == 0
+    assert eager_calls["EffectLayer.resize"] - calls["EffectLayer.resize"] == row.hits
 
 
 def test_refused_under_coexec():
