@@ -34,7 +34,8 @@ class Status:
     nodes: int
     error: str = ""
     stopped_at: int | None = None
-    programs: int = 0  # graph segments compiled
+    programs: int = 0  # graph segments run
+    compiled: int = 0  # of them compiled
     runs_op_by_op: int = 0  # segment runs that executed their ops one by one
     whole_program: str = ""  # the whole program's summary (``--program whole``)
     plan: str = "segments"  # which plan shape co-executes: "segments" or "whole"
@@ -51,8 +52,8 @@ class Status:
             f"fallbacks   {self.fallbacks}",
             f"TraceGraph  {self.nodes} nodes",
             f"plan        {PLANS.get(self.plan, self.plan)}",
-            f"segments    {self.programs} compiled (the {MAX_COMPILED} most recent kept), "
-            f"{self.runs_op_by_op} runs op by op",
+            f"segments    {self.programs}, {self.compiled} compiled (the {MAX_COMPILED} most "
+            f"recent kept), {self.runs_op_by_op} runs op by op",
         ]
         if self.whole_program:
             lines.append(f"program     {self.whole_program}")
@@ -93,6 +94,7 @@ def status_of(terra: Any, error: BaseException | None = None) -> Status:
         error="" if error is None else type(error).__name__,
         stopped_at=stats[-1].iteration if stopped else None,
         programs=len(terra.programs),
+        compiled=terra.compiled_segments,
         runs_op_by_op=terra.runs_op_by_op,
         whole_program=_whole_program(terra),
         plan=getattr(terra, "program_kind", "segments"),

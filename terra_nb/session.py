@@ -27,7 +27,7 @@ from . import heap
 from .errors import TerraError, TerraUsageError
 from .modes import CoexecEngine, EagerEngine, IterationResult, Learned, TraceEngine
 from .regions import Explained, Interception, RegionSummary
-from .timeline import RunnerSpan, SpanFeed, SpanLog
+from .timeline import RunnerSpan, SpanFeed, SpanLog, exec_spans
 from .trace.tracegraph import TraceGraph
 
 MODES = ("coexec", "lazy", "trace", "eager")
@@ -102,9 +102,10 @@ class Terra:
         """``max_fallbacks``: fallbacks within 20 iterations after which co-execution gives up
         and stays in tracing; ``strict``: a fallback after warm-up raises; ``xla``: compile the
         graph segments with XLA; ``compile_after``: a graph segment is compiled the n-th time
-        it runs, before that its ops run eagerly (a path taken once costs no compile; 1: compile
-        at once); ``program``: ``"segments"`` runs the confirmed ops in compiled straight-line
-        segments, ``"whole"`` runs each co-executed iteration as one generated program with
+        it runs at the earliest, and once its runs op by op have cost what its compile would
+        (``coexec/compile_policy.py``); until then its ops run eagerly (1: compile at once);
+        ``program``: ``"segments"`` runs the confirmed ops in compiled straight-line segments,
+        ``"whole"`` runs each co-executed iteration as one generated program with
         ``switch_case``/``while_loop`` (coexec mode only; see ``Terra.program``); ``learned``:
         continue from an earlier Terra on the same code; ``keep_spans``: the runner spans of
         this many last iterations are kept for the timeline (older ones only counted); ``regions``:
@@ -256,7 +257,7 @@ class Terra:
         index = len(self._stats)
         stall = sum(s.duration for s in result.stalls if s.kind == "stall")
         marks = self._interception.take_marks(index, result.phase) if self._interception else []
-        python = _exec_spans(index, result.phase, self._t_start, t_end, result.stalls + marks)
+        python = exec_spans(index, result.phase, self._t_start, t_end, result.stalls + marks)
         self._take_graph_spans(python)
         if result.fallback is not None:
             self._fallbacks.append(Fallback(index, *result.fallback))
@@ -315,9 +316,16 @@ class Terra:
 
     @property
     def programs(self) -> tuple:
-        """The compiled graph segments (co-execution modes); ``str()`` of each lists its ops."""
+        """The graph segments run so far, compiled or not yet (co-execution modes); ``str()`` of
+        each lists its ops."""
         runner = getattr(self._engine, "runner", None)
         return runner.graph.programs if runner is not None else ()
+
+    @property
+    def compiled_segments(self) -> int:
+        """How many of ``programs`` are compiled (see ``compile_after``)."""
+        runner = getattr(self._engine, "runner", None)
+        return runner.graph.compiled if runner is not None else 0
 
     @property
     def program(self):
@@ -327,8 +335,8 @@ class Terra:
 
     @property
     def runs_op_by_op(self) -> int:
-        """Graph segment runs that executed their ops one by one instead of a compiled function
-        (a segment's first run, see ``compile_after``, or one TensorFlow could not compile)."""
+        """Graph segment runs that executed their ops one by one (not compiled yet, or not
+        compilable)."""
         runner = getattr(self._engine, "runner", None)
         return runner.graph.interpreted if runner is not None else 0
 
@@ -379,21 +387,6 @@ def _check_options(mode, max_fallbacks, compile_after, program, keep_spans, lear
     if regions and program == "whole":
         raise TerraUsageError("regions=True needs program='segments' for now: the whole program "
                               "leaves its plan at every region (a function-call op Python runs)")
-
-
-def _exec_spans(iteration: int, phase: str, start: float, end: float, stalls) -> list[RunnerSpan]:
-    """The PythonRunner's exec spans are the gaps between its stalls; stalls, feed/fetch moments
-    and region calls are kept too."""
-    spans = [s for s in stalls if s.kind != "stall"]
-    cursor = start
-    for stall in sorted((s for s in stalls if s.kind == "stall"), key=lambda s: s.t_start):
-        if stall.t_start > cursor:
-            spans.append(RunnerSpan("python", "exec", iteration, phase, cursor, stall.t_start))
-        spans.append(stall)
-        cursor = max(cursor, stall.t_end)
-    if end > cursor:
-        spans.append(RunnerSpan("python", "exec", iteration, phase, cursor, end))
-    return spans
 
 
 __all__ = ["MODES", "Fallback", "IterationStats", "Learned", "Terra"]

@@ -35,6 +35,22 @@ class RunnerSpan:
         return self.t_end - self.t_start
 
 
+def exec_spans(iteration: int, phase: str, start: float, end: float, stalls) -> list[RunnerSpan]:
+    """The PythonRunner's exec spans are the gaps between its stalls; stalls, feed/fetch moments
+    and region calls are kept too."""
+    spans = [s for s in stalls if s.kind != "stall"]
+    cursor = start
+    for stall in sorted((s for s in stalls if s.kind == "stall"), key=lambda s: s.t_start):
+        if stall.t_start > cursor:
+            spans.append(RunnerSpan("python", "exec", iteration, phase, cursor, stall.t_start))
+        spans.append(stall)
+        cursor = max(cursor, stall.t_end)
+    if end > cursor:
+        spans.append(RunnerSpan("python", "exec", iteration, phase, cursor, end))
+    return spans
+
+
+
 class SpanLog:
     """The spans of the last ``keep`` iterations, grouped by iteration (both runners' lanes of an
     iteration stay together however late the GraphRunner's arrive), plus each iteration's

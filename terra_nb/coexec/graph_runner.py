@@ -7,9 +7,10 @@ program_runner.py, feeds the run through its channels while it runs here).
 The segment executor submits one ``WorkItem`` per flush: a ``Segment`` (plain data), the objects for
 its arguments, and the placeholders to fill with its returned values. The queue is bounded, so
 Python can run ahead of the graph by a bounded amount of work (back-pressure). Segments are
-compiled once and cached, from the ``compile_after``-th time they run: before that (a path taken
-once, a loop with a trip count not seen before) the ops run eagerly in the Python thread, once the
-graph has caught up, which costs what eager costs instead of a compile. A failure inside a
+compiled once and cached, at the earliest the ``compile_after``-th time they run, and once their
+interpreted runs have cost what their compile would (``compile_policy.py``): until then (a path
+taken once, a loop over lengths seen a few times each) the ops run eagerly, one by one, which
+costs what eager costs instead of a compile. A failure inside a
 segment is kept and raised in Python at its next synchronisation point (a fetch, a flush that
 waits, the end of the loop).
 """
@@ -31,6 +32,7 @@ from .. import capture
 from ..capture.placeholder import Placeholder
 from ..errors import TerraError
 from ..timeline import RunnerSpan
+from .compile_policy import CompilePolicy, Young
 from .lower import (
     Segment,
     compile_segment,
@@ -46,7 +48,8 @@ class WorkItem:
     its returned values into the placeholders ``returns``."""
 
     __slots__ = (
-        "key", "entries", "args", "returns", "iteration", "phase", "done", "error", "generation"
+        "key", "entries", "args", "returns", "iteration", "phase", "done", "error", "generation",
+        "young",
     )
 
     def __init__(self, key: tuple, entries: list, args: list, returns: list, iteration: int,
@@ -60,12 +63,13 @@ class WorkItem:
         self.done = threading.Event()
         self.error: BaseException | None = None
         self.generation = 0
+        self.young: Young | None = None  # run interpreted: the segment is not compiled yet
 
     def release(self) -> None:
         """Drop what running it needed: a placeholder Python keeps holds its value and this
         item (for its error), not the segment's arguments and sibling outputs."""
         self.entries = self.args = self.returns = ()
-        self.key = None
+        self.key = self.young = None
 
 
 class ProgramRun:
@@ -133,6 +137,7 @@ class GraphRunner:
         self.ops_submitted = 0
         self.ops_new = 0  # ops in segments submitted for the first time
         self._sightings: dict[tuple, int] = {}
+        self.policy = CompilePolicy()
         self.spans: list[RunnerSpan] = []
         self.error: BaseException | None = None  # the last failure
         self.generation = 0  # bumped when Python is told of a failure
@@ -160,8 +165,8 @@ class GraphRunner:
         if sightings == 1:
             self.ops_new += len(item.entries)
         segment = self._to_interpret(item, sightings)
-        if segment is None:
-            self._queue.put(item)
+        if segment is None or (item.young is not None and item.young.graph_bound):
+            self._queue.put(item)  # compiled, or interpreted there while Python goes on
             return
         self._queue.join()  # everything issued before it runs first
         with capture.bypass(), record.stop_recording():  # not Python's ops: nothing to record
@@ -174,15 +179,23 @@ class GraphRunner:
         self._queue.put(run)
 
     def _to_interpret(self, item: WorkItem, sightings: int) -> Segment | None:
-        """The segment to run op by op in this thread: one not worth compiling yet, or one
-        TensorFlow could not compile; None: queue it for the compiled function."""
+        """The segment to run op by op: one not worth compiling yet (``item.young``, see
+        compile_policy.py), or one TensorFlow could not compile; None: queue it for the
+        compiled function."""
         cached = self._cache.get(item.key)
         if isinstance(cached, Segment):
             return cached
-        if cached is None and sightings < self.compile_after:
-            segment = make_segment(item.key, item.entries)
-            return segment if interpretable(segment) else None
-        return None
+        if cached is not None or self.compile_after <= 1:
+            return None
+        if self.xla and sightings >= self.compile_after:
+            return None  # asked for XLA: no estimate of its compile, compiled as asked
+        young = self.policy.young(item.key, lambda: make_segment(item.key, item.entries))
+        if not interpretable(young.segment) or (
+                sightings >= self.compile_after and self.policy.worth_compiling(item.key)):
+            self.policy.compiled(item.key)
+            return None
+        item.young = young
+        return young.segment
 
     def _sighted(self, key: tuple) -> int:
         """How many times ``key`` has been submitted, this one included."""
@@ -229,9 +242,15 @@ class GraphRunner:
                 raise
 
     @property
+    def compiled(self) -> int:
+        """How many segments are compiled (and kept)."""
+        return sum(not isinstance(f, Segment) for f in self._cache.values())
+
+    @property
     def programs(self) -> tuple[Segment, ...]:
-        """The segments compiled so far (the generated program, inspectable)."""
-        return tuple(self._segments.values())
+        """The segments run so far, compiled or still interpreted (the generated program,
+        inspectable)."""
+        return tuple(self._segments.values()) + self.policy.segments()
 
     # -- the thread -------------------------------------------------------------------------
 
@@ -253,7 +272,7 @@ class GraphRunner:
                 if type(item) is ProgramRun:
                     self._run_program(item)
                 else:
-                    self._process(item)
+                    self._process(item, item.young and item.young.segment)
             finally:
                 idle_since = time.perf_counter()
                 self._queue.task_done()
@@ -261,6 +280,7 @@ class GraphRunner:
     def _process(self, item: WorkItem, interpret: Segment | None = None) -> None:
         """Run ``item`` (compiled, or ``interpret``'s ops one by one); keep a failure for Python."""
         start = time.perf_counter()
+        young = item.young
         try:
             if item.generation == self._failed_generation:
                 item.error = self.error  # issued after the failed op: never runs
@@ -273,6 +293,8 @@ class GraphRunner:
             self._failed_generation = item.generation
         finally:
             end = time.perf_counter()
+            if young is not None:
+                self.policy.ran(young, end - start)
             self.spans.append(RunnerSpan("graph", "exec", item.iteration, item.phase, start, end))
             item.release()
             item.done.set()

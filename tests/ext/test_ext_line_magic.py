@@ -40,7 +40,8 @@ def test_status_reports_the_last_run(ran):
     assert ran.run_line_magic("terra", "") == status  # status is the default
     assert "iterations  4 (4 completed)" in str(status)
     assert (status.programs, status.runs_op_by_op) == (len(terra.programs), terra.runs_op_by_op)
-    assert f"segments    {status.programs} compiled (the 256 most recent kept), " in str(status)
+    assert (f"segments    {status.programs}, {status.compiled} compiled (the 256 most recent "
+            "kept), ") in str(status)
     assert "plan        segments (the default" in str(status)
 
 

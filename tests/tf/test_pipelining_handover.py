@@ -212,9 +212,10 @@ def test_interrupt_right_after_an_early_hand_over(monkeypatch):
     submit, fired = runners.GraphRunner.submit, []
 
     def submit_then_interrupt(self, item):
+        op_types = [e.op_type for e in item.entries]  # a segment run here releases them
         submit(self, item)
         if item.iteration == 5 and not fired:
-            fired.append([e.op_type for e in item.entries])
+            fired.append(op_types)
             signal.raise_signal(signal.SIGINT)
 
     monkeypatch.setattr(runners.GraphRunner, "submit", submit_then_interrupt)

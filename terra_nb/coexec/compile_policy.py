@@ -1,0 +1,90 @@
+"""When a graph segment is worth compiling, and where its runs go until then.
+
+Compiling a segment costs more than tracing it: TensorFlow instantiates the segment's function and,
+again, every function it calls (a region's F and B, a user's ``tf.function``), because a function
+called from inside another is instantiated anew for each caller (measured: a 468-op gradient
+function costs 40 ms in each new caller, and ~15 ms plus ~0.15 ms per op in all for a new segment
+here). A loop over variable lengths or random paths meets many segments, each a handful of times.
+
+Until then a segment runs interpreted: its ops, region calls included, run one by one as eager runs
+them, and a function called directly is instantiated once, for every segment that calls it. The
+policy is ski rental: a segment is compiled once the time its interpreted runs took reaches what its
+compile is estimated to cost, so a loop pays at most about twice the better of the two, whether its
+segments recur ten times or ten thousand.
+
+A segment that is mostly graph compute (its interpreted run takes far longer than dispatching its
+ops) runs interpreted on the GraphRunner thread, so Python goes on meanwhile; one that is mostly
+dispatch runs in the Python thread, once the graph has caught up, where it costs what eager costs
+without the two threads contending for the GIL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..capture.functions import function_def
+from ..capture.signature import op_info
+from .lower import Segment
+
+COMPILE_BASE_S = 0.015  # a new segment's compile and first run, before its ops ...
+COMPILE_PER_OP_S = 0.00015  # ... and per op, those of the functions it calls included
+DISPATCH_S = 0.00004  # dispatching one op eagerly from Python
+GRAPH_BOUND = 4.0  # a run this many times its ops' dispatch is mostly graph compute
+
+
+@dataclass
+class Young:
+    """A segment not compiled yet: its plain data, its compile estimate, its interpreted time."""
+
+    segment: Segment
+    estimate: float
+    spent: float = 0.0
+    graph_bound: bool = False
+
+
+def compile_estimate(segment: Segment) -> float:
+    """Seconds a compile of ``segment`` (and its first run) is estimated to take here."""
+    ops = len(segment.ops)
+    for op in segment.ops:
+        if op_info(op.op_type).function:
+            fdef = function_def(op.op_type)
+            ops += len(fdef.node_def) if fdef is not None else 0
+    return COMPILE_BASE_S + COMPILE_PER_OP_S * ops
+
+
+class CompilePolicy:
+    """Per segment key: interpreted until its interpreted runs have cost its compile estimate."""
+
+    max_young = 4096  # young segments kept; forgetting one only delays its compile
+
+    def __init__(self) -> None:
+        self._young: dict[tuple, Young] = {}
+
+    def young(self, key: tuple, make) -> Young:
+        """The young segment of ``key`` (``make()`` builds its Segment the first time)."""
+        young = self._young.get(key)
+        if young is None:
+            if len(self._young) >= self.max_young:
+                self._young.clear()
+            segment = make()
+            young = self._young[key] = Young(segment, compile_estimate(segment))
+        return young
+
+    def worth_compiling(self, key: tuple) -> bool:
+        """Whether ``key``'s interpreted runs have cost what its compile would (or it was never
+        seen young)."""
+        young = self._young.get(key)
+        return young is None or young.spent >= young.estimate
+
+    def ran(self, young: Young, seconds: float) -> None:
+        """An interpreted run of ``young`` took ``seconds``."""
+        young.spent += seconds
+        young.graph_bound = seconds > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops)
+
+    def segments(self) -> tuple[Segment, ...]:
+        """The young segments, oldest first."""
+        return tuple(young.segment for young in self._young.values())
+
+    def compiled(self, key: tuple) -> None:
+        """``key`` is compiled: forget it as young."""
+        self._young.pop(key, None)

@@ -1,0 +1,109 @@
+"""When a segment is compiled (``coexec/compile_policy.py``): ski rental. A segment runs op by op
+until those runs have cost its compile estimate; one that is mostly graph compute runs op by op
+on the GraphRunner thread (Python goes on), one that is mostly dispatch in the loop's thread.
+Every test compares with eager and asserts what ran: how many runs were op by op, on which
+thread, and how many segments were compiled."""
+
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from what_ran import assert_coexecuted
+
+from terra_nb import Terra
+from terra_nb.coexec import graph_runner as runners
+from terra_nb.coexec.compile_policy import CompilePolicy, compile_estimate
+from terra_nb.coexec.lower import Segment, SegmentOp, Wire
+
+
+def heavy(loop, steps: int = 12):
+    """Matrix products of 384 x 384: a segment that is mostly graph compute."""
+    w = tf.Variable(tf.eye(384) * 0.5)
+    x = tf.reshape(tf.range(384 * 384, dtype=tf.float32) % 7.0 / 7.0, (384, 384))
+    out = []
+    for _ in loop(range(steps)):
+        h = x
+        for _ in range(6):
+            h = tf.tanh(h @ w)
+        w.assign_add(h * 1e-3)
+        out.append(float(tf.reduce_sum(h)))
+    return out, w.numpy()
+
+
+def light(loop, steps: int = 30):
+    """A few scalar ops: a segment that is mostly dispatch."""
+    v = tf.Variable(1.0)
+    out = []
+    for i in loop(range(steps)):
+        y = v * 0.5 + float(i % 3)
+        v.assign(y * 0.9)
+        out.append(float(y))
+    return out, v.numpy()
+
+
+def run_watched(program, monkeypatch, **options):
+    """``program`` under Terra: (its result, Terra, the threads that ran segments op by op)."""
+    original, threads = runners.GraphRunner._run_op_by_op, []
+
+    def op_by_op(self, item, segment):
+        threads.append(threading.current_thread().name)
+        return original(self, item, segment)
+
+    monkeypatch.setattr(runners.GraphRunner, "_run_op_by_op", op_by_op)
+    with Terra(**options) as terra:
+        result = program(terra.loop)
+    return result, terra, threads
+
+
+def test_a_graph_bound_segment_runs_op_by_op_on_the_graph_runner_then_compiles(monkeypatch):
+    eager = heavy(lambda it: it)
+    (values, w), terra, threads = run_watched(heavy, monkeypatch)
+    np.testing.assert_allclose(values, eager[0], rtol=1e-6)
+    np.testing.assert_allclose(w, eager[1], rtol=1e-6)
+    assert_coexecuted(terra, at_least=0.5, plan="segments")
+    # the first run waits for the graph in the loop's thread; the next ones go to the runner
+    assert threads[0] == threading.main_thread().name
+    assert "terra-graph-runner" in threads[1:]
+    # its op-by-op runs soon cost what a compile does: compiled within the loop
+    assert terra.compiled_segments >= 1 and len(threads) < len(terra.stats)
+
+
+def test_a_dispatch_bound_segment_stays_op_by_op_in_the_loops_thread(monkeypatch):
+    eager = light(lambda it: it)
+    (values, v), terra, threads = run_watched(light, monkeypatch)
+    assert values == eager[0] and v == eager[1]
+    assert_coexecuted(terra, at_least=0.5, plan="segments")
+    # 30 runs of a few scalar ops cost less than one compile: none is compiled
+    assert terra.compiled_segments == 0 and terra.runs_op_by_op >= 25
+    assert set(threads) == {threading.main_thread().name}
+
+
+def test_compile_after_one_compiles_at_once(monkeypatch):
+    eager = light(lambda it: it)
+    (values, v), terra, threads = run_watched(light, monkeypatch, compile_after=1)
+    assert values == eager[0] and v == eager[1]
+    assert terra.compiled_segments >= 1 and terra.runs_op_by_op == 0 and not threads
+
+
+def _segment(n_ops: int) -> Segment:
+    ops = tuple(SegmentOp(p, "AddV2", (("T", "float32"),), (Wire("arg", 0), Wire("arg", 0)), 1)
+                for p in range(n_ops))
+    return Segment(ops, (("float32", ()),), ((0, 0),))
+
+
+@pytest.mark.parametrize("n_ops", [1, 40])
+def test_ski_rental(n_ops):
+    policy = CompilePolicy()
+    young = policy.young(("k",), lambda: _segment(n_ops))
+    assert young.estimate == compile_estimate(young.segment) > 0
+    assert policy.young(("k",), lambda: 1 / 0) is young  # built once
+    runs = 0
+    while not policy.worth_compiling(("k",)):
+        policy.ran(young, young.estimate / 4)
+        runs += 1
+    assert runs == 4
+    policy.compiled(("k",))
+    assert policy.segments() == () and policy.worth_compiling(("k",))
+    policy.ran(policy.young(("k",), lambda: _segment(n_ops)), 1e-6)
+    assert not policy.young(("k",), lambda: None).graph_bound  # a microsecond is dispatch
