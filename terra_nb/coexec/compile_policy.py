@@ -10,7 +10,9 @@ Until then a segment runs interpreted: its ops, region calls included, run one b
 them, and a function called directly is instantiated once, for every segment that calls it. The
 policy is ski rental: a segment is compiled once the time its interpreted runs took reaches what its
 compile is estimated to cost, so a loop pays at most about twice the better of the two, whether its
-segments recur ten times or ten thousand.
+segments recur ten times or ten thousand. An interpreted run in the Python thread costs its wait for
+the graph too (nothing overlaps it); the estimate is scaled by what compiles measured on this
+machine.
 
 A segment that is mostly graph compute (its interpreted run takes far longer than dispatching its
 ops) runs interpreted on the GraphRunner thread, so Python goes on meanwhile; one that is mostly
@@ -29,12 +31,13 @@ from .lower import Segment
 COMPILE_BASE_S = 0.015  # a new segment's compile and first run, before its ops ...
 COMPILE_PER_OP_S = 0.00015  # ... and per op, those of the functions it calls included
 DISPATCH_S = 0.00004  # dispatching one op eagerly from Python
-GRAPH_BOUND = 4.0  # a run this many times its ops' dispatch is mostly graph compute
+GRAPH_BOUND = 50.0  # a run this many times its ops' dispatch is mostly graph compute
 
 
 @dataclass
 class Young:
-    """A segment not compiled yet: its plain data, its compile estimate, its interpreted time."""
+    """A segment not compiled yet: its plain data, its compile estimate (before the policy's
+    learned scale), its interpreted time."""
 
     segment: Segment
     estimate: float
@@ -59,6 +62,8 @@ class CompilePolicy:
 
     def __init__(self) -> None:
         self._young: dict[tuple, Young] = {}
+        self._compiling: dict[tuple, float] = {}  # key -> its estimate, until its first run
+        self.scale = 1.0  # measured compile cost / estimate, learned from each compile
 
     def young(self, key: tuple, make) -> Young:
         """The young segment of ``key`` (``make()`` builds its Segment the first time)."""
@@ -74,11 +79,12 @@ class CompilePolicy:
         """Whether ``key``'s interpreted runs have cost what its compile would (or it was never
         seen young)."""
         young = self._young.get(key)
-        return young is None or young.spent >= young.estimate
+        return young is None or young.spent >= young.estimate * self.scale
 
-    def ran(self, young: Young, seconds: float) -> None:
-        """An interpreted run of ``young`` took ``seconds``."""
-        young.spent += seconds
+    def ran(self, young: Young, seconds: float, waited: float = 0.0) -> None:
+        """An interpreted run of ``young`` took ``seconds``, after Python ``waited`` for the
+        graph to run what was issued before it."""
+        young.spent += waited + seconds
         young.graph_bound = seconds > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops)
 
     def segments(self) -> tuple[Segment, ...]:
@@ -86,5 +92,14 @@ class CompilePolicy:
         return tuple(young.segment for young in self._young.values())
 
     def compiled(self, key: tuple) -> None:
-        """``key`` is compiled: forget it as young."""
-        self._young.pop(key, None)
+        """``key`` is compiled: forget it as young (its estimate waits for ``learn``)."""
+        young = self._young.pop(key, None)
+        if young is not None:
+            self._compiling[key] = young.estimate
+
+    def learn(self, key: tuple, seconds: float) -> None:
+        """``key``'s compile and first run took ``seconds``: scale later estimates to this
+        machine (the estimate's constants were measured on one)."""
+        estimate = self._compiling.pop(key, None)
+        if estimate:
+            self.scale = min(10.0, max(0.1, 0.5 * self.scale + 0.5 * seconds / estimate))

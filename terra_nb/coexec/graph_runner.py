@@ -168,9 +168,10 @@ class GraphRunner:
         if segment is None or (item.young is not None and item.young.graph_bound):
             self._queue.put(item)  # compiled, or interpreted there while Python goes on
             return
+        waited = time.perf_counter()  # the wait is interpreting's cost too: no overlap
         self._queue.join()  # everything issued before it runs first
         with capture.bypass(), record.stop_recording():  # not Python's ops: nothing to record
-            self._process(item, segment)
+            self._process(item, segment, waited)
 
     def run_program(self, run: ProgramRun) -> None:
         """Queue a whole program's run for an iteration (runs after the work queued before)."""
@@ -277,8 +278,10 @@ class GraphRunner:
                 idle_since = time.perf_counter()
                 self._queue.task_done()
 
-    def _process(self, item: WorkItem, interpret: Segment | None = None) -> None:
-        """Run ``item`` (compiled, or ``interpret``'s ops one by one); keep a failure for Python."""
+    def _process(self, item: WorkItem, interpret: Segment | None = None,
+                 waited: float | None = None) -> None:
+        """Run ``item`` (compiled, or ``interpret``'s ops one by one); keep a failure for Python.
+        ``waited``: when Python began to wait for this run."""
         start = time.perf_counter()
         young = item.young
         try:
@@ -294,7 +297,7 @@ class GraphRunner:
         finally:
             end = time.perf_counter()
             if young is not None:
-                self.policy.ran(young, end - start)
+                self.policy.ran(young, end - start, start - (waited or start))
             self.spans.append(RunnerSpan("graph", "exec", item.iteration, item.phase, start, end))
             item.release()
             item.done.set()
@@ -308,8 +311,9 @@ class GraphRunner:
                                          time.perf_counter()))
 
     def _execute(self, item: WorkItem) -> None:
-        function = self._cache.get(item.key)
+        function, first = self._cache.get(item.key), None
         if function is None:
+            first = time.perf_counter()
             function = self._cache[item.key] = self._compile(item)
             if len(self._cache) > self.max_compiled:
                 dropped, _ = self._cache.popitem(last=False)
@@ -330,6 +334,8 @@ class GraphRunner:
             segment = make_segment(item.key, item.entries)
             function = self._cache[item.key] = compile_segment(segment, self.handles, False)
             values = function._call_flat(args, function.captured_inputs)
+        if first is not None:
+            self.policy.learn(item.key, time.perf_counter() - first)
         self._deliver_values(item, values)
 
     def _run_op_by_op(self, item: WorkItem, segment: Segment) -> None:

@@ -17,15 +17,21 @@ from terra_nb.coexec.compile_policy import CompilePolicy, compile_estimate
 from terra_nb.coexec.lower import Segment, SegmentOp, Wire
 
 
-def heavy(loop, steps: int = 12):
-    """Matrix products of 384 x 384: a segment that is mostly graph compute."""
-    w = tf.Variable(tf.eye(384) * 0.5)
-    x = tf.reshape(tf.range(384 * 384, dtype=tf.float32) % 7.0 / 7.0, (384, 384))
+@tf.function
+def deep(h, w):
+    """600 elementwise ops on 256 x 256: a call whose body is far bigger than its segment."""
+    for _ in range(200):
+        h = tf.tanh(h * w + 0.1)
+    return h
+
+
+def heavy(loop, steps: int = 30):
+    """A segment that is mostly graph compute, with a big compile (deep's body) to rent."""
+    w = tf.Variable(tf.fill((256, 256), 0.5))
+    x = tf.reshape(tf.range(256 * 256, dtype=tf.float32) % 7.0 / 7.0, (256, 256))
     out = []
     for _ in loop(range(steps)):
-        h = x
-        for _ in range(6):
-            h = tf.tanh(h @ w)
+        h = deep(x, w)
         w.assign_add(h * 1e-3)
         out.append(float(tf.reduce_sum(h)))
     return out, w.numpy()
