@@ -14,10 +14,12 @@ segments recur ten times or ten thousand. An interpreted run in the Python threa
 the graph too (nothing overlaps it); the estimate is scaled by what compiles measured on this
 machine.
 
-A segment that is mostly graph compute (its interpreted run takes far longer than dispatching its
-ops) runs interpreted on the GraphRunner thread, so Python goes on meanwhile; one that is mostly
-dispatch runs in the Python thread, once the graph has caught up, where it costs what eager costs
-without the two threads contending for the GIL.
+A segment submitted in two iterations in a row is on the loop's steady path: it will recur every
+iteration, so it is compiled at once (``compile_after``), as renting would only delay the same
+compile. Until it is compiled, a segment that is mostly graph compute (its interpreted run takes
+far longer than dispatching its ops) runs interpreted on the GraphRunner thread, so Python goes on
+meanwhile; one that is mostly dispatch runs in the Python thread, once the graph has caught up,
+where it costs what eager costs without the two threads contending for the GIL.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class Young:
     estimate: float
     spent: float = 0.0
     graph_bound: bool = False
+    last: int = -2  # the iteration it was last submitted in
+    steady: bool = False  # submitted in two iterations in a row: the loop's steady path
 
 
 def compile_estimate(segment: Segment) -> float:
@@ -79,7 +83,13 @@ class CompilePolicy:
         """Whether ``key``'s interpreted runs have cost what its compile would (or it was never
         seen young)."""
         young = self._young.get(key)
-        return young is None or young.spent >= young.estimate * self.scale
+        return young is None or young.steady or young.spent >= young.estimate * self.scale
+
+    @staticmethod
+    def sighted(young: Young, iteration: int) -> None:
+        """``young`` is submitted in ``iteration``."""
+        young.steady |= iteration - young.last <= 1
+        young.last = iteration
 
     def ran(self, young: Young, seconds: float, waited: float = 0.0) -> None:
         """An interpreted run of ``young`` took ``seconds``, after Python ``waited`` for the

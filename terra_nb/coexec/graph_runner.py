@@ -191,6 +191,7 @@ class GraphRunner:
         if self.xla and sightings >= self.compile_after:
             return None  # asked for XLA: no estimate of its compile, compiled as asked
         young = self.policy.young(item.key, lambda: make_segment(item.key, item.entries))
+        self.policy.sighted(young, item.iteration)
         if not interpretable(young.segment) or (
                 sightings >= self.compile_after and self.policy.worth_compiling(item.key)):
             self.policy.compiled(item.key)
