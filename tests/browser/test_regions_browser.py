@@ -31,7 +31,9 @@ def test_region_node_collapsed_then_expanded(lab, page):
     assert page.locator(f"{SVG} g.node.terra-region:has-text('Adam.apply_gradients')").count() == 1
     assert page.locator(f"{SVG} g.node.terra-region-backward:has-text('∇ Sequential')").count() == 1
     assert page.locator(f"{SVG} g.cluster.terra-region").count() == 0  # collapsed by default
-    page.locator(DASH).scroll_into_view_if_needed()
+    # a fresh query: the dashboard may render once more after it says finished, and a
+    # locator's scroll waits on the element it found first (flaked once: "not attached")
+    page.evaluate(f"() => document.querySelector('{DASH}').scrollIntoView()")
     _shot(page, "regions-collapsed")
     node.click()
     page.wait_for_function(
