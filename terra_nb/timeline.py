@@ -50,7 +50,6 @@ def exec_spans(iteration: int, phase: str, start: float, end: float, stalls) -> 
     return spans
 
 
-
 class SpanLog:
     """The spans of the last ``keep`` iterations, grouped by iteration (both runners' lanes of an
     iteration stay together however late the GraphRunner's arrive), plus each iteration's

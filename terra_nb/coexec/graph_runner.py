@@ -188,12 +188,12 @@ class GraphRunner:
             return cached
         if cached is not None or self.compile_after <= 1:
             return None
-        if self.xla and sightings >= self.compile_after:
-            return None  # asked for XLA: no estimate of its compile, compiled as asked
         young = self.policy.young(item.key, lambda: make_segment(item.key, item.entries))
         self.policy.sighted(young, item.iteration)
-        if not interpretable(young.segment) or (
-                sightings >= self.compile_after and self.policy.worth_compiling(item.key)):
+        # XLA: no estimate of its compile, so compiled as asked (``compile_after``)
+        due = sightings >= self.compile_after and (
+            self.xla or self.policy.worth_compiling(item.key))
+        if due or not interpretable(young.segment):
             self.policy.compiled(item.key)
             return None
         item.young = young

@@ -131,3 +131,18 @@ def test_ski_rental(n_ops):
     assert policy.segments() == () and policy.worth_compiling(("k",))
     policy.ran(policy.young(("k",), lambda: _segment(n_ops)), 1e-6)
     assert not policy.young(("k",), lambda: None).graph_bound  # a microsecond is dispatch
+
+
+def test_xla_compiles_as_asked_and_lists_each_segment_once(monkeypatch):
+    def steady(loop):
+        v, out = tf.Variable(1.0), []
+        for _ in loop(range(6)):
+            v.assign(v * 0.5 + 1.0)
+            out.append(float(v))
+        return out, v.numpy()
+
+    eager = steady(lambda it: it)
+    (values, v), terra, _ = run_watched(steady, monkeypatch, xla=True)
+    assert values == eager[0] and v == eager[1]
+    assert_coexecuted(terra, at_least=0.5, plan="segments")
+    assert terra.compiled_segments == len(terra.programs) >= 1  # none listed young as well
