@@ -116,6 +116,22 @@ def _segment(n_ops: int) -> Segment:
     return Segment(ops, (("float32", ()),), ((0, 0),))
 
 
+@pytest.mark.parametrize("iterations, steady", [
+    ([0, 1], True),  # two in a row from its first: the steady path
+    ([0, 0, 0], False),  # three times in one iteration is one iteration
+    ([3, 7, 8], False),  # two in a row by chance, as a random length meets them
+    ([0, 2, 3, 4, 5, 6, 7, 8, 9, 10], True),  # nine of ten iterations since its first
+    ([0, 2, 3, 4], False),
+])
+def test_steady_is_nearly_every_iteration_since_the_first(iterations, steady):
+    policy = CompilePolicy()
+    young = policy.young(("k",), lambda: _segment(1))
+    for iteration in iterations:
+        policy.sighted(young, iteration)
+    assert young.steady is steady
+    assert policy.worth_compiling(("k",)) is steady  # nothing spent: only steadiness compiles
+
+
 @pytest.mark.parametrize("n_ops", [1, 40])
 def test_ski_rental(n_ops):
     policy = CompilePolicy()
