@@ -8,18 +8,19 @@ here). A loop over variable lengths or random paths meets many segments, each a 
 
 Until then a segment runs interpreted: its ops, region calls included, run one by one as eager runs
 them, and a function called directly is instantiated once, for every segment that calls it. The
-policy is ski rental: a segment is compiled once the time its interpreted runs took reaches what its
-compile is estimated to cost, so a loop pays at most about twice the better of the two, whether its
-segments recur ten times or ten thousand. An interpreted run in the Python thread costs its wait for
-the graph too (nothing overlaps it); the estimate is scaled by what compiles measured on this
-machine.
+policy is ski rental: a segment is compiled once what its interpreted runs lost against compiled
+runs reaches what its compile is estimated to cost, so a loop pays at most about twice the better
+of the two, whether its segments recur ten times or ten thousand. A run loses its ops' dispatch
+(their kernels and the functions they call run the same either way: a segment that is mostly a
+region's calls has little to gain and a big compile), and, in the Python thread, its wait for the
+graph (nothing overlaps it). The estimate is scaled by what compiles measured on this machine.
 
-A segment submitted in nearly every iteration since it first was (two in a row at least) is on the
-loop's steady path: it will recur every iteration, so it is compiled at once (``compile_after``), as
-renting would only delay the same compile. The share matters, not a run of two: a loop drawing one
-of a few lengths at random meets each length twice in a row now and then, and compiling every one
-of them at once put their compiles back in the loop (measured: bert_qa 2.24x eager renting, 1.20x
-with "two in a row").
+A segment submitted in nearly every iteration since it first was (three in a row at least) is on
+the loop's steady path: it will recur every iteration, so it is compiled at once
+(``compile_after``), as renting would only delay the same compile. The share matters, not a short
+run: a loop drawing one of a few lengths at random meets each length twice in a row now and then,
+and compiling every one of them at once put their compiles back in the loop (measured: bert_qa
+2.24x eager renting, 1.20x with "two in a row").
 
 Until it is compiled, a segment that is mostly graph compute (its interpreted run takes far longer
 than dispatching its ops) runs interpreted on the GraphRunner thread, so Python goes on meanwhile;
@@ -39,7 +40,8 @@ COMPILE_BASE_S = 0.015  # a new segment's compile and first run, before its ops 
 COMPILE_PER_OP_S = 0.00015  # ... and per op, those of the functions it calls included
 DISPATCH_S = 0.00004  # dispatching one op eagerly from Python
 GRAPH_BOUND = 50.0  # a run this many times its ops' dispatch is mostly graph compute
-STEADY_SHARE = 0.9  # submitted in this share of the iterations since its first: the steady path
+STEADY_SHARE = 0.9  # submitted in this share of the iterations since its first ...
+STEADY_AFTER = 3  # ... and in this many: the steady path (two in a row is one length in three)
 
 
 @dataclass
@@ -102,12 +104,14 @@ class CompilePolicy:
             young.iterations += 1
         young.last = iteration
         span = iteration - young.first + 1
-        young.steady = young.iterations >= 2 and young.iterations >= STEADY_SHARE * span
+        young.steady = young.iterations >= max(STEADY_AFTER, STEADY_SHARE * span)
 
     def ran(self, young: Young, seconds: float, waited: float = 0.0) -> None:
         """An interpreted run of ``young`` took ``seconds``, after Python ``waited`` for the
         graph to run what was issued before it."""
-        young.spent += waited + seconds
+        # compiling saves the ops' dispatch, not their compute (kernels and called functions run
+        # the same either way): a run pays rent for what a compiled run would not have cost
+        young.spent += waited + min(seconds, DISPATCH_S * len(young.segment.ops))
         young.graph_bound = seconds > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops)
 
     def segments(self) -> tuple[Segment, ...]:

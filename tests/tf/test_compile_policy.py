@@ -1,9 +1,11 @@
 """When a segment is compiled (``coexec/compile_policy.py``): ski rental. A segment runs op by op
-until those runs have cost its compile estimate; one that is mostly graph compute runs op by op
-on the GraphRunner thread (Python goes on), one that is mostly dispatch in the loop's thread.
+until those runs have lost its compile estimate against compiled runs (their dispatch); one that
+is mostly graph compute runs op by op on the GraphRunner thread (Python goes on), one that is
+mostly dispatch in the loop's thread.
 Every test compares with eager and asserts what ran: how many runs were op by op, on which
 thread, and how many segments were compiled."""
 
+import math
 import threading
 
 import numpy as np
@@ -13,7 +15,7 @@ from what_ran import assert_coexecuted
 
 from terra_nb import Terra
 from terra_nb.coexec import graph_runner as runners
-from terra_nb.coexec.compile_policy import CompilePolicy, compile_estimate
+from terra_nb.coexec.compile_policy import DISPATCH_S, CompilePolicy, compile_estimate
 from terra_nb.coexec.lower import Segment, SegmentOp, Wire
 
 
@@ -62,7 +64,7 @@ def run_watched(program, monkeypatch, **options):
     return result, terra, threads
 
 
-def test_a_graph_bound_segment_runs_op_by_op_on_the_graph_runner_then_compiles(monkeypatch):
+def test_a_graph_bound_segment_runs_op_by_op_on_the_graph_runner(monkeypatch):
     eager = heavy(lambda it: it)
     (values, w), terra, threads = run_watched(heavy, monkeypatch)
     np.testing.assert_allclose(values, eager[0], rtol=1e-6)
@@ -71,8 +73,31 @@ def test_a_graph_bound_segment_runs_op_by_op_on_the_graph_runner_then_compiles(m
     # the first run waits for the graph in the loop's thread; the next ones go to the runner
     assert threads[0] == threading.main_thread().name
     assert "terra-graph-runner" in threads[1:]
-    # its op-by-op runs soon cost what a compile does: compiled within the loop
-    assert terra.compiled_segments >= 1 and len(threads) < len(terra.stats)
+    # compiling would save a few ops' dispatch (deep's body runs the same either way) and
+    # instantiate deep's 600 ops again: neither path pays that rent in 60 steps
+    assert terra.compiled_segments == 0 and len(threads) == terra.runs_op_by_op >= 50
+
+
+def many_ops(loop, steps: int = 40):
+    """Two paths of 150 small ops each, each every other iteration: their dispatch is rent."""
+    w = tf.Variable(tf.fill((4, 4), 0.5))
+    out = []
+    for i in loop(range(steps)):
+        h = tf.ones((4, 4)) * float(i % 2)
+        for _ in range(50):
+            h = tf.tanh(h * w + 0.1) if i % 2 else tf.tanh(h * w - 0.1)
+        w.assign_add(h * 1e-3)
+        out.append(float(tf.reduce_sum(h)))
+    return out, w.numpy()
+
+
+def test_an_op_by_op_segment_compiles_once_its_dispatch_has_cost_its_compile(monkeypatch):
+    eager = many_ops(lambda it: it)
+    (values, w), terra, threads = run_watched(many_ops, monkeypatch)
+    assert values == eager[0] and (w == eager[1]).all()
+    assert_coexecuted(terra, at_least=0.5, plan="segments")
+    # neither path is steady (each runs every other iteration): both rent, then compile
+    assert terra.compiled_segments >= 2 and 4 <= len(threads) < len(terra.stats)
 
 
 def test_a_dispatch_bound_segment_stays_op_by_op_in_the_loops_thread(monkeypatch):
@@ -86,7 +111,7 @@ def test_a_dispatch_bound_segment_stays_op_by_op_in_the_loops_thread(monkeypatch
     assert set(threads) == {threading.main_thread().name}
 
 
-def test_the_steady_path_compiles_at_its_second_sight(monkeypatch):
+def test_the_steady_path_compiles_at_its_third_sight(monkeypatch):
     def steady(loop):
         v, out = tf.Variable(1.0), []
         for i in loop(range(12)):
@@ -99,8 +124,8 @@ def test_the_steady_path_compiles_at_its_second_sight(monkeypatch):
     (values, v), terra, threads = run_watched(steady, monkeypatch)
     assert values == eager[0] and v == eager[1]
     assert_coexecuted(terra, at_least=0.5, plan="segments")
-    # run op by op once, then compiled: it recurs every iteration
-    assert terra.compiled_segments >= 1 and terra.runs_op_by_op <= len(terra.programs)
+    # run op by op twice, then compiled: it recurs every iteration
+    assert terra.compiled_segments >= 1 and terra.runs_op_by_op <= 2 * len(terra.programs)
 
 
 def test_compile_after_one_compiles_at_once(monkeypatch):
@@ -117,9 +142,10 @@ def _segment(n_ops: int) -> Segment:
 
 
 @pytest.mark.parametrize("iterations, steady", [
-    ([0, 1], True),  # two in a row from its first: the steady path
-    ([0, 0, 0], False),  # three times in one iteration is one iteration
-    ([3, 7, 8], False),  # two in a row by chance, as a random length meets them
+    ([0, 1, 2], True),  # three in a row from its first: the steady path
+    ([0, 1], False),  # two in a row: one length in three drawn at random meets that
+    ([0, 0, 0, 1], False),  # three times in one iteration is one iteration
+    ([3, 7, 8, 9], False),  # in a row by chance, as a random length meets them
     ([0, 2, 3, 4, 5, 6, 7, 8, 9, 10], True),  # nine of ten iterations since its first
     ([0, 2, 3, 4], False),
 ])
@@ -138,11 +164,16 @@ def test_ski_rental(n_ops):
     young = policy.young(("k",), lambda: _segment(n_ops))
     assert young.estimate == compile_estimate(young.segment) > 0
     assert policy.young(("k",), lambda: 1 / 0) is young  # built once
-    runs = 0
+    # a run pays rent for its dispatch (what compiling saves), however long its kernels took,
+    # plus Python's wait for the graph before it
+    rent = DISPATCH_S * n_ops
+    policy.ran(young, seconds=1.0, waited=young.estimate / 2)
+    runs = 1
     while not policy.worth_compiling(("k",)):
-        policy.ran(young, young.estimate / 4)
+        policy.ran(young, seconds=1.0)
         runs += 1
-    assert runs == 4
+    assert runs == math.ceil(young.estimate / 2 / rent)
+    assert young.spent == pytest.approx(young.estimate / 2 + runs * rent)
     policy.compiled(("k",))
     assert policy.segments() == () and policy.worth_compiling(("k",))
     policy.ran(policy.young(("k",), lambda: _segment(n_ops)), 1e-6)
