@@ -15,12 +15,12 @@ of the two, whether its segments recur ten times or ten thousand. A run loses it
 region's calls has little to gain and a big compile), and, in the Python thread, its wait for the
 graph (nothing overlaps it). The estimate is scaled by what compiles measured on this machine.
 
-A segment submitted in nearly every iteration since it first was (three in a row at least) is on
-the loop's steady path: it will recur every iteration, so it is compiled at once
-(``compile_after``), as renting would only delay the same compile. The share matters, not a short
-run: a loop drawing one of a few lengths at random meets each length twice in a row now and then,
-and compiling every one of them at once put their compiles back in the loop (measured: bert_qa
-2.24x eager renting, 1.20x with "two in a row").
+A loop's steady path gets no shortcut: a segment that recurs every iteration pays the same rent, a
+few iterations' dispatch for one of plain ops. Compiling such segments at once (at their second
+sight, or third) cost more than it saved: a segment that is mostly a region's calls gains nothing
+from a compile that instantiates the region's functions again (resnet50: the same throughput, 0.2 s
+more in all), and a loop drawing one of a few lengths at random meets each length in a row now and
+then (bert_qa: 1.20x eager compiling "two in a row" at once, 1.58x renting).
 
 Until it is compiled, a segment that is mostly graph compute (its interpreted run takes far longer
 than dispatching its ops) runs interpreted on the GraphRunner thread, so Python goes on meanwhile;
@@ -40,8 +40,6 @@ COMPILE_BASE_S = 0.015  # a new segment's compile and first run, before its ops 
 COMPILE_PER_OP_S = 0.00015  # ... and per op, those of the functions it calls included
 DISPATCH_S = 0.00004  # dispatching one op eagerly from Python
 GRAPH_BOUND = 50.0  # a run this many times its ops' dispatch is mostly graph compute
-STEADY_SHARE = 0.9  # submitted in this share of the iterations since its first ...
-STEADY_AFTER = 3  # ... and in this many: the steady path (two in a row is one length in three)
 
 
 @dataclass
@@ -53,10 +51,6 @@ class Young:
     estimate: float
     spent: float = 0.0
     graph_bound: bool = False
-    first: int = -1  # the iteration it was first submitted in
-    last: int = -1  # ... and last
-    iterations: int = 0  # how many iterations submitted it
-    steady: bool = False  # submitted in nearly every iteration since its first: see above
 
 
 def compile_estimate(segment: Segment) -> float:
@@ -93,18 +87,7 @@ class CompilePolicy:
         """Whether ``key``'s interpreted runs have cost what its compile would (or it was never
         seen young)."""
         young = self._young.get(key)
-        return young is None or young.steady or young.spent >= young.estimate * self.scale
-
-    @staticmethod
-    def sighted(young: Young, iteration: int) -> None:
-        """``young`` is submitted in ``iteration``."""
-        if young.iterations == 0:
-            young.first = iteration
-        if young.iterations == 0 or iteration != young.last:
-            young.iterations += 1
-        young.last = iteration
-        span = iteration - young.first + 1
-        young.steady = young.iterations >= max(STEADY_AFTER, STEADY_SHARE * span)
+        return young is None or young.spent >= young.estimate * self.scale
 
     def ran(self, young: Young, seconds: float, waited: float = 0.0) -> None:
         """An interpreted run of ``young`` took ``seconds``, after Python ``waited`` for the

@@ -96,7 +96,7 @@ def test_an_op_by_op_segment_compiles_once_its_dispatch_has_cost_its_compile(mon
     (values, w), terra, threads = run_watched(many_ops, monkeypatch)
     assert values == eager[0] and (w == eager[1]).all()
     assert_coexecuted(terra, at_least=0.5, plan="segments")
-    # neither path is steady (each runs every other iteration): both rent, then compile
+    # each path runs every other iteration: both rent, then compile
     assert terra.compiled_segments >= 2 and 4 <= len(threads) < len(terra.stats)
 
 
@@ -111,23 +111,6 @@ def test_a_dispatch_bound_segment_stays_op_by_op_in_the_loops_thread(monkeypatch
     assert set(threads) == {threading.main_thread().name}
 
 
-def test_the_steady_path_compiles_at_its_third_sight(monkeypatch):
-    def steady(loop):
-        v, out = tf.Variable(1.0), []
-        for i in loop(range(12)):
-            y = v * 0.5 + float(i % 3)
-            v.assign(y * 0.9)
-            out.append(float(y))
-        return out, v.numpy()
-
-    eager = steady(lambda it: it)
-    (values, v), terra, threads = run_watched(steady, monkeypatch)
-    assert values == eager[0] and v == eager[1]
-    assert_coexecuted(terra, at_least=0.5, plan="segments")
-    # run op by op twice, then compiled: it recurs every iteration
-    assert terra.compiled_segments >= 1 and terra.runs_op_by_op <= 2 * len(terra.programs)
-
-
 def test_compile_after_one_compiles_at_once(monkeypatch):
     eager = light(lambda it: it)
     (values, v), terra, threads = run_watched(light, monkeypatch, compile_after=1)
@@ -139,23 +122,6 @@ def _segment(n_ops: int) -> Segment:
     ops = tuple(SegmentOp(p, "AddV2", (("T", "float32"),), (Wire("arg", 0), Wire("arg", 0)), 1)
                 for p in range(n_ops))
     return Segment(ops, (("float32", ()),), ((0, 0),))
-
-
-@pytest.mark.parametrize("iterations, steady", [
-    ([0, 1, 2], True),  # three in a row from its first: the steady path
-    ([0, 1], False),  # two in a row: one length in three drawn at random meets that
-    ([0, 0, 0, 1], False),  # three times in one iteration is one iteration
-    ([3, 7, 8, 9], False),  # in a row by chance, as a random length meets them
-    ([0, 2, 3, 4, 5, 6, 7, 8, 9, 10], True),  # nine of ten iterations since its first
-    ([0, 2, 3, 4], False),
-])
-def test_steady_is_nearly_every_iteration_since_the_first(iterations, steady):
-    policy = CompilePolicy()
-    young = policy.young(("k",), lambda: _segment(1))
-    for iteration in iterations:
-        policy.sighted(young, iteration)
-    assert young.steady is steady
-    assert policy.worth_compiling(("k",)) is steady  # nothing spent: only steadiness compiles
 
 
 @pytest.mark.parametrize("n_ops", [1, 40])
