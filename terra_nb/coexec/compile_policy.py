@@ -10,17 +10,17 @@ Until then a segment runs interpreted: its ops, region calls included, run one b
 them, and a function called directly is instantiated once, for every segment that calls it. The
 policy is ski rental: a segment is compiled once what its interpreted runs lost against compiled
 runs reaches what its compile is estimated to cost, so a loop pays at most about twice the better
-of the two, whether its segments recur ten times or ten thousand. A run loses its ops' dispatch
-(their kernels and the functions they call run the same either way: a segment that is mostly a
-region's calls has little to gain and a big compile), and, in the Python thread, its wait for the
-graph (nothing overlaps it). The estimate is scaled by what compiles measured on this machine.
+of the two, whether its segments recur ten times or ten thousand. A run loses its time outside
+the functions its ops call (those run the same either way: a segment that is mostly a region's
+calls has little to gain and a big compile), and, in the Python thread, its wait for the graph
+(nothing overlaps it). The estimate is scaled by what compiles measured on this machine.
 
-A loop's steady path gets no shortcut: a segment that recurs every iteration pays the same rent, a
-few iterations' dispatch for one of plain ops. Compiling such segments at once (at their second
-sight, or third) cost more than it saved: a segment that is mostly a region's calls gains nothing
-from a compile that instantiates the region's functions again (resnet50: the same throughput, 0.2 s
-more in all), and a loop drawing one of a few lengths at random meets each length in a row now and
-then (bert_qa: 1.20x eager compiling "two in a row" at once, 1.58x renting).
+A segment on the loop's steady path (submitted in nearly every iteration since its first, three
+in a row at least) will recur: it rents ahead, as if the next ``LOOKAHEAD`` iterations had paid
+their rent too, so a segment of plain ops compiles at once (yolov3, dcgan: their compiles stay
+out of the timed iterations) while one that is mostly a region's calls still does not (resnet50:
+the same throughput without, and 0.2 s less in all). Steadiness is a share, not a run: a loop
+drawing one of a few lengths at random meets each length twice in a row now and then.
 
 Until it is compiled, a segment that is mostly graph compute (its interpreted run takes far longer
 than dispatching its ops) runs interpreted on the GraphRunner thread, so Python goes on meanwhile;
@@ -40,6 +40,9 @@ COMPILE_BASE_S = 0.015  # a new segment's compile and first run, before its ops 
 COMPILE_PER_OP_S = 0.00015  # ... and per op, those of the functions it calls included
 DISPATCH_S = 0.00004  # dispatching one op eagerly from Python
 GRAPH_BOUND = 50.0  # a run this many times its ops' dispatch is mostly graph compute
+STEADY_SHARE = 0.9  # submitted in this share of the iterations since its first ...
+STEADY_AFTER = 3  # ... and in this many: the steady path
+LOOKAHEAD = 20  # iterations of rent a steady segment pays ahead
 
 
 @dataclass
@@ -51,6 +54,11 @@ class Young:
     estimate: float
     spent: float = 0.0
     graph_bound: bool = False
+    runs: int = 0  # interpreted runs
+    first: int = -1  # the iteration it was first submitted in
+    last: int = -1  # ... and last
+    iterations: int = 0  # how many iterations submitted it
+    steady: bool = False  # submitted in nearly every iteration since its first: see above
 
 
 def compile_estimate(segment: Segment) -> float:
@@ -87,14 +95,30 @@ class CompilePolicy:
         """Whether ``key``'s interpreted runs have cost what its compile would (or it was never
         seen young)."""
         young = self._young.get(key)
-        return young is None or young.spent >= young.estimate * self.scale
+        if young is None:
+            return True
+        ahead = LOOKAHEAD * young.spent / young.runs if young.steady and young.runs else 0.0
+        return young.spent + ahead >= young.estimate * self.scale
 
-    def ran(self, young: Young, seconds: float, waited: float = 0.0) -> None:
-        """An interpreted run of ``young`` took ``seconds``, after Python ``waited`` for the
-        graph to run what was issued before it."""
-        # compiling saves the ops' dispatch, not their compute (kernels and called functions run
-        # the same either way): a run pays rent for what a compiled run would not have cost
-        young.spent += waited + min(seconds, DISPATCH_S * len(young.segment.ops))
+    @staticmethod
+    def sighted(young: Young, iteration: int) -> None:
+        """``young`` is submitted in ``iteration``."""
+        if young.iterations == 0:
+            young.first = iteration
+        if young.iterations == 0 or iteration != young.last:
+            young.iterations += 1
+        young.last = iteration
+        span = iteration - young.first + 1
+        young.steady = young.iterations >= max(STEADY_AFTER, STEADY_SHARE * span)
+
+    def ran(self, young: Young, seconds: float, waited: float = 0.0, calls: float = 0.0) -> None:
+        """An interpreted run of ``young`` took ``seconds``, ``calls`` of them in the functions
+        its ops call, after Python ``waited`` for the graph to run what was issued before it."""
+        # a compiled run would spend the same in the called functions (region F and B, user
+        # functions), so that time is no rent; its ops' dispatch, Python's wait and the
+        # parallelism one executor finds among plain ops are
+        young.spent += waited + seconds - calls
+        young.runs += 1
         young.graph_bound = seconds > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops)
 
     def segments(self) -> tuple[Segment, ...]:

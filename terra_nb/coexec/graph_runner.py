@@ -189,6 +189,7 @@ class GraphRunner:
         if cached is not None or self.compile_after <= 1:
             return None
         young = self.policy.young(item.key, lambda: make_segment(item.key, item.entries))
+        self.policy.sighted(young, item.iteration)
         # XLA: no estimate of its compile, so compiled as asked (``compile_after``)
         due = sightings >= self.compile_after and (
             self.xla or self.policy.worth_compiling(item.key))
@@ -282,13 +283,13 @@ class GraphRunner:
                  waited: float | None = None) -> None:
         """Run ``item`` (compiled, or ``interpret``'s ops one by one); keep a failure for Python.
         ``waited``: when Python began to wait for this run."""
-        start = time.perf_counter()
+        start, calls = time.perf_counter(), []
         young = item.young
         try:
             if item.generation == self._failed_generation:
                 item.error = self.error  # issued after the failed op: never runs
             elif interpret is not None:
-                self._run_op_by_op(item, interpret)
+                self._run_op_by_op(item, interpret, calls)
             else:
                 self._execute(item)
         except BaseException as error:  # kept and raised in the Python thread
@@ -297,7 +298,7 @@ class GraphRunner:
         finally:
             end = time.perf_counter()
             if young is not None:
-                self.policy.ran(young, end - start, start - (waited or start))
+                self.policy.ran(young, end - start, start - (waited or start), sum(calls))
             self.spans.append(RunnerSpan("graph", "exec", item.iteration, item.phase, start, end))
             item.release()
             item.done.set()
@@ -338,10 +339,10 @@ class GraphRunner:
             self.policy.learn(item.key, time.perf_counter() - first)
         self._deliver_values(item, values)
 
-    def _run_op_by_op(self, item: WorkItem, segment: Segment) -> None:
+    def _run_op_by_op(self, item: WorkItem, segment: Segment, calls: list | None = None) -> None:
         self.interpreted += 1
         args = [real_argument(a, dtype) for a, (dtype, _) in zip(item.args, segment.args)]
-        self._deliver_values(item, run_segment(segment, args, self.handles))
+        self._deliver_values(item, run_segment(segment, args, self.handles, calls))
 
     def _compile(self, item: WorkItem):
         """The compiled function of ``item``'s segment; the segment itself when TensorFlow

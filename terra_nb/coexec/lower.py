@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -231,17 +232,23 @@ def _on(device: str):
     return tf.device(device) if device else contextlib.nullcontext()
 
 
-def run_segment(segment: Segment, args: list, handles: dict[int, Any]) -> list:
+def run_segment(segment: Segment, args: list, handles: dict[int, Any],
+                calls: list[float] | None = None) -> list:
     """Run ``segment``'s ops eagerly, one by one, in the order Python issued them (so a failing op
-    stops every later one, as in eager); returns the values the segment returns. The caller
-    keeps this thread's capture hooks and gradient tapes out of it."""
+    stops every later one, as in eager); returns the values the segment returns. ``calls``, when
+    given, gets the seconds each call of a function among the ops took. The caller keeps this
+    thread's capture hooks and gradient tapes out of it."""
     ctx = context.context()
     env: list[list] = []
     for op in segment.ops:
         attrs = eager_attrs(op.op_type, op.attrs)
+        timed = calls is not None and op_info(op.op_type).function
+        start = time.perf_counter() if timed else 0.0
         with _on(op.device):
             outputs = execute.execute(op.op_type, op.n_outputs, _inputs(op, env, args, handles),
                                       attrs, ctx)
+        if timed:
+            calls.append(time.perf_counter() - start)
         env.append(outputs or [])
     return [env[p][k] for p, k in segment.returns]
 

@@ -1,10 +1,11 @@
 """When a segment is compiled (``coexec/compile_policy.py``): ski rental. A segment runs op by op
-until those runs have lost its compile estimate against compiled runs (their dispatch); one that
-is mostly graph compute runs op by op on the GraphRunner thread (Python goes on), one that is
-mostly dispatch in the loop's thread.
+until those runs have lost its compile estimate against compiled runs (their time outside the
+functions they call; a steady segment pays ahead); one that is mostly graph compute runs op by op
+on the GraphRunner thread (Python goes on), one that is mostly dispatch in the loop's thread.
 Every test compares with eager and asserts what ran: how many runs were op by op, on which
 thread, and how many segments were compiled."""
 
+import functools
 import math
 import threading
 
@@ -15,7 +16,7 @@ from what_ran import assert_coexecuted
 
 from terra_nb import Terra
 from terra_nb.coexec import graph_runner as runners
-from terra_nb.coexec.compile_policy import DISPATCH_S, CompilePolicy, compile_estimate
+from terra_nb.coexec.compile_policy import LOOKAHEAD, CompilePolicy, compile_estimate
 from terra_nb.coexec.lower import Segment, SegmentOp, Wire
 
 
@@ -27,13 +28,14 @@ def deep(h, w):
     return h
 
 
-def heavy(loop, steps: int = 60):
-    """Segments that are mostly graph compute, with a big compile (deep's body) to rent."""
+def heavy(loop, steps: int = 60, paths: int = 2):
+    """Segments that are mostly graph compute, with a big compile (deep's body) to rent; with
+    two ``paths``, each runs every other iteration."""
     w = tf.Variable(tf.fill((256, 256), 0.5))
     x = tf.reshape(tf.range(256 * 256, dtype=tf.float32) % 7.0 / 7.0, (256, 256))
     out = []
     for i in loop(range(steps)):
-        h = deep(x, w) if i % 2 else deep(x, w) * 1.0  # two paths, each every other iteration
+        h = deep(x, w) if i % paths else deep(x, w) * 1.0
         w.assign_add(h * 1e-3)
         out.append(float(tf.reduce_sum(h)))
     return out, w.numpy()
@@ -54,9 +56,9 @@ def run_watched(program, monkeypatch, **options):
     """``program`` under Terra: (its result, Terra, the threads that ran segments op by op)."""
     original, threads = runners.GraphRunner._run_op_by_op, []
 
-    def op_by_op(self, item, segment):
+    def op_by_op(self, item, segment, *calls):
         threads.append(threading.current_thread().name)
-        return original(self, item, segment)
+        return original(self, item, segment, *calls)
 
     monkeypatch.setattr(runners.GraphRunner, "_run_op_by_op", op_by_op)
     with Terra(**options) as terra:
@@ -64,28 +66,32 @@ def run_watched(program, monkeypatch, **options):
     return result, terra, threads
 
 
-def test_a_graph_bound_segment_runs_op_by_op_on_the_graph_runner(monkeypatch):
-    eager = heavy(lambda it: it)
-    (values, w), terra, threads = run_watched(heavy, monkeypatch)
+@pytest.mark.parametrize("paths", [1, 2])
+def test_a_graph_bound_segment_runs_op_by_op_on_the_graph_runner(monkeypatch, paths):
+    program = functools.partial(heavy, paths=paths)
+    eager = program(lambda it: it)
+    (values, w), terra, threads = run_watched(program, monkeypatch)
     np.testing.assert_allclose(values, eager[0], rtol=1e-6)
     np.testing.assert_allclose(w, eager[1], rtol=1e-6)
     assert_coexecuted(terra, at_least=0.5, plan="segments")
     # the first run waits for the graph in the loop's thread; the next ones go to the runner
     assert threads[0] == threading.main_thread().name
     assert "terra-graph-runner" in threads[1:]
-    # compiling would save a few ops' dispatch (deep's body runs the same either way) and
-    # instantiate deep's 600 ops again: neither path pays that rent in 60 steps
+    # compiling would save a few ops' dispatch (deep's body runs the same either way, so its
+    # time is no rent) and instantiate deep's 600 ops again: no path pays that in 60 steps, not
+    # even the steady one (paths=1), whose rent ahead is as small
     assert terra.compiled_segments == 0 and len(threads) == terra.runs_op_by_op >= 50
 
 
-def many_ops(loop, steps: int = 40):
-    """Two paths of 150 small ops each, each every other iteration: their dispatch is rent."""
+def many_ops(loop, steps: int = 40, paths: int = 2):
+    """``paths`` of 150 small ops each (two: each every other iteration): their dispatch is
+    rent."""
     w = tf.Variable(tf.fill((4, 4), 0.5))
     out = []
     for i in loop(range(steps)):
         h = tf.ones((4, 4)) * float(i % 2)
         for _ in range(50):
-            h = tf.tanh(h * w + 0.1) if i % 2 else tf.tanh(h * w - 0.1)
+            h = tf.tanh(h * w + 0.1) if i % paths else tf.tanh(h * w - 0.1)
         w.assign_add(h * 1e-3)
         out.append(float(tf.reduce_sum(h)))
     return out, w.numpy()
@@ -98,6 +104,35 @@ def test_an_op_by_op_segment_compiles_once_its_dispatch_has_cost_its_compile(mon
     assert_coexecuted(terra, at_least=0.5, plan="segments")
     # each path runs every other iteration: both rent, then compile
     assert terra.compiled_segments >= 2 and 4 <= len(threads) < len(terra.stats)
+
+
+def test_a_steady_segment_of_plain_ops_rents_ahead_and_compiles_at_its_third_sight(monkeypatch):
+    program = functools.partial(many_ops, paths=1)
+    eager = program(lambda it: it)
+    (values, w), terra, threads = run_watched(program, monkeypatch)
+    assert values == eager[0] and (w == eager[1]).all()
+    assert_coexecuted(terra, at_least=0.5, plan="segments")
+    # in every iteration since its first: its rent of 20 iterations ahead pays its compile
+    assert terra.compiled_segments >= 1 and len(threads) <= 2 * len(terra.programs)
+
+
+@pytest.mark.parametrize("iterations, steady", [
+    ([0, 1, 2], True),  # three in a row from its first: the steady path
+    ([0, 1], False),  # two in a row: one length in three drawn at random meets that
+    ([0, 0, 0, 1], False),  # three times in one iteration is one iteration
+    ([3, 7, 8, 9], False),  # in a row by chance, as a random length meets them
+    ([0, 2, 3, 4, 5, 6, 7, 8, 9, 10], True),  # nine of ten iterations since its first
+    ([0, 2, 3, 4], False),
+])
+def test_steady_is_nearly_every_iteration_since_the_first(iterations, steady):
+    policy = CompilePolicy()
+    young = policy.young(("k",), lambda: _segment(1))
+    for iteration in iterations:
+        policy.sighted(young, iteration)
+    assert young.steady is steady
+    # a run whose rent is a twentieth of the compile: a steady segment pays ahead, others wait
+    policy.ran(young, seconds=young.estimate / LOOKAHEAD)
+    assert policy.worth_compiling(("k",)) is steady
 
 
 def test_a_dispatch_bound_segment_stays_op_by_op_in_the_loops_thread(monkeypatch):
@@ -130,13 +165,13 @@ def test_ski_rental(n_ops):
     young = policy.young(("k",), lambda: _segment(n_ops))
     assert young.estimate == compile_estimate(young.segment) > 0
     assert policy.young(("k",), lambda: 1 / 0) is young  # built once
-    # a run pays rent for its dispatch (what compiling saves), however long its kernels took,
-    # plus Python's wait for the graph before it
-    rent = DISPATCH_S * n_ops
-    policy.ran(young, seconds=1.0, waited=young.estimate / 2)
+    # a run pays rent for its time outside the functions it calls (a compiled run spends the
+    # same in them), plus Python's wait for the graph before it
+    rent = 0.002
+    policy.ran(young, seconds=0.01, waited=young.estimate / 2, calls=0.01 - rent)
     runs = 1
     while not policy.worth_compiling(("k",)):
-        policy.ran(young, seconds=1.0)
+        policy.ran(young, seconds=0.01, calls=0.01 - rent)
         runs += 1
     assert runs == math.ceil(young.estimate / 2 / rent)
     assert young.spent == pytest.approx(young.estimate / 2 + runs * rent)
