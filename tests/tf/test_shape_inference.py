@@ -319,11 +319,11 @@ def test_interrupt_while_a_segment_is_interpreted(monkeypatch):
     KeyboardInterrupt surfaces at the read that flushed it, as in eager at that line."""
     run_segment, calls = runners.run_segment, []
 
-    def interrupted(segment, args, handles):
+    def interrupted(segment, args, handles, *timings):
         calls.append(1)
         if len(calls) == 4:
             signal.raise_signal(signal.SIGINT)
-        return run_segment(segment, args, handles)
+        return run_segment(segment, args, handles, *timings)
 
     monkeypatch.setattr(runners, "run_segment", interrupted)
     v, out = tf.Variable(0.0), []
