@@ -10,10 +10,12 @@ Until then a segment runs interpreted: its ops, region calls included, run one b
 them, and a function called directly is instantiated once, for every segment that calls it. The
 policy is ski rental: a segment is compiled once what its interpreted runs lost against compiled
 runs reaches what its compile is estimated to cost, so a loop pays at most about twice the better
-of the two, whether its segments recur ten times or ten thousand. A run loses its time outside
-the functions its ops call (those run the same either way: a segment that is mostly a region's
-calls has little to gain and a big compile), and, in the Python thread, its wait for the graph
-(nothing overlaps it). The estimate is scaled by what compiles measured on this machine.
+of the two, whether its segments recur ten times or ten thousand. A run in the Python thread
+loses all its time and its wait for the graph before it: nothing overlaps them, while a compiled
+run would go to the GraphRunner. A run on the GraphRunner thread loses its time outside the
+functions its ops call: a compiled run spends the same in them (a segment that is mostly a region's
+calls has little to gain and a big compile). The estimate is scaled by what compiles measured on
+this machine.
 
 A segment on the loop's steady path (submitted in nearly every iteration since its first, three
 in a row at least) will recur: it rents ahead, as if the next ``LOOKAHEAD`` iterations had paid

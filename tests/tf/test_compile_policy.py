@@ -83,6 +83,25 @@ def test_a_graph_bound_segment_runs_op_by_op_on_the_graph_runner(monkeypatch, pa
     assert terra.compiled_segments == 0 and len(threads) == terra.runs_op_by_op >= 50
 
 
+def test_a_run_in_the_loops_thread_pays_all_its_time_one_on_the_runner_not_its_calls(monkeypatch):
+    original, rents = CompilePolicy.ran, []
+
+    def ran(self, young, seconds, waited=0.0, calls=0.0):
+        rents.append((threading.current_thread().name, seconds, calls))
+        return original(self, young, seconds, waited, calls)
+
+    monkeypatch.setattr(CompilePolicy, "ran", ran)
+    eager = heavy(lambda it: it)
+    (values, w), terra, threads = run_watched(heavy, monkeypatch)
+    np.testing.assert_allclose(values, eager[0], rtol=1e-6)
+    in_loop = [calls for thread, _, calls in rents if thread == threading.main_thread().name]
+    on_runner = [(s, calls) for thread, s, calls in rents if thread == "terra-graph-runner"]
+    # Python waited through the first runs: nothing overlapped deep's call, all of it is rent
+    assert in_loop and all(calls == 0.0 for calls in in_loop)
+    # on the runner, deep's call (most of the run) is what a compiled run would spend too
+    assert on_runner and all(0.5 * s < calls <= s for s, calls in on_runner)
+
+
 def many_ops(loop, steps: int = 40, paths: int = 2):
     """``paths`` of 150 small ops each (two: each every other iteration): their dispatch is
     rent."""
