@@ -56,7 +56,7 @@ class Young:
     estimate: float
     spent: float = 0.0
     graph_bound: bool = False
-    runs: int = 0  # interpreted runs
+    rent: float = 0.0  # what its next interpreted run will lose against a compiled one
     first: int = -1  # the iteration it was first submitted in
     last: int = -1  # ... and last
     iterations: int = 0  # how many iterations submitted it
@@ -99,7 +99,8 @@ class CompilePolicy:
         young = self._young.get(key)
         if young is None:
             return True
-        ahead = LOOKAHEAD * young.spent / young.runs if young.steady and young.runs else 0.0
+        # ahead by the next run's rent: a first run waits in the loop's thread, later ones may not
+        ahead = LOOKAHEAD * young.rent if young.steady else 0.0
         return young.spent + ahead >= young.estimate * self.scale
 
     @staticmethod
@@ -113,15 +114,18 @@ class CompilePolicy:
         span = iteration - young.first + 1
         young.steady = young.iterations >= max(STEADY_AFTER, STEADY_SHARE * span)
 
-    def ran(self, young: Young, seconds: float, waited: float = 0.0, calls: float = 0.0) -> None:
+    def ran(self, young: Young, seconds: float, calls: float = 0.0,
+            waited: float | None = None) -> None:
         """An interpreted run of ``young`` took ``seconds``, ``calls`` of them in the functions
-        its ops call, after Python ``waited`` for the graph to run what was issued before it."""
-        # a compiled run would spend the same in the called functions (region F and B, user
-        # functions), so that time is no rent; its ops' dispatch, Python's wait and the
-        # parallelism one executor finds among plain ops are
-        young.spent += waited + seconds - calls
-        young.runs += 1
+        its ops call; in the loop's thread, after Python ``waited`` for the graph to run what was
+        issued before it (None: on the GraphRunner thread, while Python went on)."""
+        # in the loop's thread nothing overlaps the run: all of it is rent. On the runner thread
+        # a compiled run would spend the called functions' time alike (region F and B, user
+        # functions): the rest is rent (dispatch, and the parallelism one executor finds)
+        rent = seconds - calls if waited is None else waited + seconds
+        young.spent += rent
         young.graph_bound = seconds > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops)
+        young.rent = seconds - calls if young.graph_bound else rent  # the next run's, as it goes
 
     def segments(self) -> tuple[Segment, ...]:
         """The young segments, oldest first."""

@@ -298,10 +298,8 @@ class GraphRunner:
         finally:
             end = time.perf_counter()
             if young is not None:
-                # in the loop's thread nothing overlaps the run, so all of it is rent; on the
-                # runner thread a compiled run would spend the called functions' time alike
-                called = 0.0 if waited is not None else sum(calls)
-                self.policy.ran(young, end - start, start - (waited or start), called)
+                self.policy.ran(young, end - start, sum(calls),
+                                None if waited is None else start - waited)
             self.spans.append(RunnerSpan("graph", "exec", item.iteration, item.phase, start, end))
             item.release()
             item.done.set()
