@@ -19,11 +19,16 @@ from terra_nb.coexec import graph_runner as runners
 from terra_nb.coexec.compile_policy import LOOKAHEAD, CompilePolicy, compile_estimate
 from terra_nb.coexec.lower import Segment, SegmentOp, Wire
 
+# deep's call takes ~20 ms here: twice GRAPH_BOUND's 10 ms for its 5-op segment, so its runs do
+# not flip between threads (with 200 steps it took ~10 ms, and a run in the loop's thread paid all
+# of it); a bigger SIDE would make the few ops outside it rent more
+SIDE, DEPTH = 256, 400
+
 
 @tf.function
 def deep(h, w):
-    """600 elementwise ops on 256 x 256: a call whose body is far bigger than its segment."""
-    for _ in range(200):
+    """3 * DEPTH elementwise ops on SIDE x SIDE: a call far bigger than its segment."""
+    for _ in range(DEPTH):
         h = tf.tanh(h * w + 0.1)
     return h
 
@@ -31,8 +36,8 @@ def deep(h, w):
 def heavy(loop, steps: int = 60, paths: int = 2):
     """Segments that are mostly graph compute, with a big compile (deep's body) to rent; with
     two ``paths``, each runs every other iteration."""
-    w = tf.Variable(tf.fill((256, 256), 0.5))
-    x = tf.reshape(tf.range(256 * 256, dtype=tf.float32) % 7.0 / 7.0, (256, 256))
+    w = tf.Variable(tf.fill((SIDE, SIDE), 0.5))
+    x = tf.reshape(tf.range(SIDE * SIDE, dtype=tf.float32) % 7.0 / 7.0, (SIDE, SIDE))
     out = []
     for i in loop(range(steps)):
         h = deep(x, w) if i % paths else deep(x, w) * 1.0
@@ -78,7 +83,7 @@ def test_a_graph_bound_segment_runs_op_by_op_on_the_graph_runner(monkeypatch, pa
     assert threads[0] == threading.main_thread().name
     assert "terra-graph-runner" in threads[1:]
     # compiling would save a few ops' dispatch (deep's body runs the same either way, so its
-    # time is no rent) and instantiate deep's 600 ops again: no path pays that in 60 steps, not
+    # time is no rent) and instantiate deep's 1,200 ops again: no path pays that in 60 steps, not
     # even the steady one (paths=1), whose rent ahead is as small
     assert terra.compiled_segments == 0 and len(threads) == terra.runs_op_by_op >= 50
 
