@@ -1,7 +1,7 @@
 """One program in every mode, in this process: the measuring side of ``benchmarks/paper.py``.
 
     python benchmarks/paper_measure.py NAME [--modes eager,coexec] [--rounds 2] [--warmup 8]
-                                            [--iterations 8]
+                                            [--iterations 8] [--deterministic]
 
 For each round and each mode (in the order given, so that a slow spell of the machine hits all
 modes alike) it builds the program afresh from the same seed, runs ``warmup + iterations``
@@ -9,7 +9,8 @@ iterations, and prints one line ``PAPER-START {json}`` before and ``PAPER-RESULT
 each run on stdout (the parent reads them; a run that never reports is a hang). A result holds
 iterations/s after warm-up, CPU ms per iteration, the final weights against eager's (the first
 eager run of this process is the reference), the error if the run raised, and for Terra modes
-the runner breakdown, phases, fallbacks and regions.
+the runner breakdown, phases, fallbacks and regions. ``--deterministic`` turns TensorFlow's op
+determinism on first (the parent's correctness check for a program whose eager runs differ).
 """
 
 from __future__ import annotations
@@ -170,6 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--once", default="", help="modes measured in the first round only")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="TensorFlow's op determinism on (every kernel reproducible)")
     parser.add_argument("--no-regions", dest="regions", action="store_const", const=False,
                         default=None, help="Terra modes op by op (regions off)")
     args = parser.parse_args(argv)
@@ -178,6 +181,8 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}; choose from {', '.join(MODES)}")
     once = tuple(m for m in args.once.split(",") if m)
+    if args.deterministic:
+        tf.config.experimental.enable_op_determinism()
     run(args.name, modes, args.rounds, args.warmup, args.iterations, args.seed, once, args.regions)
 
 

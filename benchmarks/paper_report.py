@@ -13,25 +13,33 @@ MODES = ("eager", "function", "lazy", "coexec", "coexec_xla")
 KEYS = ("python_exec", "python_stall", "graph_exec", "graph_stall")
 
 
-def summarise(name: str, runs: dict[str, list[dict]], why: str | None) -> dict:
+def eager_noise(runs: dict[str, list[dict]]) -> float:
+    """How far eager's rounds end from its first: 0.0 where eager is reproducible."""
+    return max((r.get("max_abs_diff", 0.0) for r in runs["eager"] if "error" not in r),
+               default=0.0)
+
+
+def summarise(name: str, runs: dict[str, list[dict]], why: str | None,
+              checks: dict[str, list[dict]] | None = None) -> dict:
     """The JSON entry of program ``name`` from its runs per mode; ``why`` is the program's
-    reason tf.function fails or differs (its FUNCTION_WHY)."""
+    reason tf.function fails or differs (its FUNCTION_WHY); ``checks``: one more round of the
+    modes with op determinism, which then decides equality (eager is not reproducible)."""
     eager = [r["it_s"] for r in runs["eager"] if "error" not in r]
     eager_rate = statistics.median(eager) if eager else None
-    # eager against its own first run: where eager itself is not reproducible (CPU kernels that
-    # sum in parallel, amplified by NMS choices), a mode as close as eager is to itself is equal
-    noise = max((r.get("max_abs_diff", 0.0) for r in runs["eager"] if "error" not in r),
-                default=0.0)
+    # where eager itself is not reproducible (CPU kernels that sum in parallel, amplified by NMS
+    # choices), a mode as close as eager is to itself is equal, unless a deterministic round says
+    noise = eager_noise(runs)
     modes, details = {}, {}
     for mode in MODES:
-        modes[mode], details[mode] = _summary(runs[mode], eager_rate, noise)
+        check = next((r for r in (checks or {}).get(mode, ()) if "equal" in r), None)
+        modes[mode], details[mode] = _summary(runs[mode], eager_rate, noise, check)
         if mode == "function":
             details[mode]["why"] = why
     return {"name": name, "modes": modes, "details": details}
 
 
-def _summary(records: list[dict], eager_rate: float | None,
-             noise: float) -> tuple[dict, dict]:
+def _summary(records: list[dict], eager_rate: float | None, noise: float,
+             check: dict | None = None) -> tuple[dict, dict]:
     ok = [r for r in records if "error" not in r]
     errors = [r["error"] for r in records if "error" in r]
     if not ok:
@@ -44,11 +52,15 @@ def _summary(records: list[dict], eager_rate: float | None,
     flags = [r.get("equal") or r.get("max_abs_diff", 1.0) <= noise for r in ok]
     if all(r["mode"] == "eager" for r in ok):
         flags = [True] * len(ok)  # the reference itself; its spread is reported as noise
+    elif check is not None:
+        flags = [check["equal"]]  # eager repeats itself there: no noise to allow for
     equal = None if None in flags else all(flags)
     diff = max(r.get("max_abs_diff", 0.0) for r in ok)
     error = errors[0] if errors else None
     if equal is False:
-        error = f"wrong: final weights differ from eager's (max |diff| {diff:.2g})"
+        diff = check["max_abs_diff"] if check is not None else diff
+        where = " with op determinism" if check is not None else ""
+        error = f"wrong: final weights differ from eager's{where} (max |diff| {diff:.2g})"
     rate = statistics.median(rates)
     ratio = rate / eager_rate if equal and error is None and eager_rate else None
     detail = {"rounds": len(records), "it_s_runs": rates, "spread": [rates[0], rates[-1]],
@@ -57,6 +69,8 @@ def _summary(records: list[dict], eager_rate: float | None,
                 "traces"):
         if key in chosen:
             detail[key] = chosen[key]
+    if check is not None:
+        detail["deterministic_max_abs_diff"] = check["max_abs_diff"]
     summary = {"it_s": rate, "ratio_to_eager": ratio, "equal_to_eager": equal, "error": error}
     return summary, detail
 
@@ -168,9 +182,14 @@ def findings(programs: list[dict]) -> list[str]:
             if error:
                 lines.append(f"- {p['name']} / {mode}: {error}")
         noise = p["details"]["eager"].get("eager_noise")
+        checked = "deterministic_max_abs_diff" in p["details"]["coexec"]
         if noise:
+            judged = "modes within that count as equal"
+            if checked:
+                judged = ("equality judged in one more round with TensorFlow's op determinism, "
+                          "where eager repeats itself")
             lines.append(f"- {p['name']} / eager: not reproducible run to run (max |diff| "
-                         f"{noise:.2g} between eager rounds); modes within that count as equal")
+                         f"{noise:.2g} between eager rounds); {judged}")
     return lines or ["- none"]
 
 
