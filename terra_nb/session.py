@@ -154,9 +154,14 @@ class Terra:
             except BaseException:
                 self._engine.close()
                 raise
-        heap.freeze()  # no full garbage collection walks TensorFlow's objects in the loop
-        _open.terra = self
-        self._state = "open"
+        try:
+            with self._engine.critical():  # a Ctrl-C here is raised once the Terra is whole ...
+                heap.freeze()  # no full garbage collection walks TensorFlow's objects in the loop
+                _open.terra = self
+                self._state = "open"
+        except BaseException:
+            self.__exit__(None, None, None)  # ... and closes it: no runner, hook or handler left
+            raise
         return self
 
     def _make_engine(self):
