@@ -20,9 +20,8 @@ def test_a_ctrl_c_while_opening_leaves_nothing_open(monkeypatch):
         raise KeyboardInterrupt  # as a Ctrl-C landing just after the freeze
 
     monkeypatch.setattr(heap, "freeze", freeze_then_ctrl_c)
-    with pytest.raises(KeyboardInterrupt):
-        with Terra():
-            pass
+    with pytest.raises(KeyboardInterrupt), Terra():
+        pass
     assert not [t for t in threading.enumerate() if t.name == "terra-graph-runner"]
     assert signal.getsignal(signal.SIGINT) is before_handler
     assert heap._open == 0
