@@ -96,7 +96,7 @@ def timed(step, iterations: int, mode: str) -> float:
 def coexec_timed(step, iterations: int) -> tuple[float, float]:
     """Seconds per co-executed iteration of ``step`` (regions off, after warm-up) and the share
     of iterations co-executed (an iteration traced again would be timed as tracing)."""
-    best, shares, start = float("inf"), [], 0.0
+    best, start = float("inf"), 0.0
     with Terra(regions=False) as terra:
         loop = terra.loop(range(20 + 3 * iterations))
         for i in loop:
@@ -106,9 +106,8 @@ def coexec_timed(step, iterations: int) -> tuple[float, float]:
                 start = time.perf_counter()
             step()
         best = min(best, (time.perf_counter() - start) / iterations)
-        steady = terra.stats[20:]
-        shares.append(sum(s.phase == "coexec" for s in steady) / len(steady))
-    return best, shares[0]
+    steady = terra.stats[20:]
+    return best, sum(s.phase == "coexec" for s in steady) / len(steady)
 
 
 def main() -> None:

@@ -190,9 +190,9 @@ def main(argv: list[str] | None = None) -> dict:
         label = f"[{index + 1}/{len(args.names)}] {name}"
         progress(f"{label}: {args.repeats} rounds of {args.warmup}+{args.iterations} iterations")
         runs, info = measure_program(name, args, label)
-        checks = None
-        if eager_noise(runs):
-            progress(f"{label}: eager's rounds differ ({eager_noise(runs):.2g}): one more round "
+        checks, noise = None, eager_noise(runs)
+        if noise:
+            progress(f"{label}: eager's rounds differ ({noise:.2g}): one more round "
                      "with op determinism judges equality")
             checks, _ = measure_program(name, deterministic(args), label + " (op determinism)")
         programs.append(summarise(name, runs, info.get("why"), checks))
