@@ -22,7 +22,6 @@ from tensorflow.python.eager.core import _FallbackException
 from tensorflow.python.framework import dtypes
 
 from .. import capture
-from ..capture.attrs import with_list_lengths, with_output_counts
 from ..capture.functions import learn
 from ..capture.hooks import FINALISER_OPS
 from ..capture.location import LocationTable
@@ -56,8 +55,9 @@ from .control_flow import PathError
 from .executor import FLUSH_AT, Executor, IssuedOp, KeptPlaceholders
 from .graph_runner import GraphRunner
 from .interrupts import DeferredInterrupts
+from .pure_memo import PureOpMemo
 from .segment_executor import PythonLane, SegmentExecutor
-from .shapes import UNKNOWN, infer_outputs, input_specs, value_shaped
+from .shapes import infer_entry, value_shaped
 
 
 class PythonRunner:
@@ -96,6 +96,7 @@ class PythonRunner:
         self.divergence: tuple[str, str, str] | None = None  # (reason, op type, location)
         self._context = context.context()
         self._resizable: dict[int, bool] = {}  # variable handle id -> shape not fully defined
+        self.pure = PureOpMemo()
 
     @property
     def state(self) -> str:
@@ -130,6 +131,7 @@ class PythonRunner:
                 self.plans.append(self.executor)
         self.lane.stall, self.lane.feeds, self.fetches = 0.0, 0, 0
         self.divergence = None
+        self.pure.new_iteration()
         self.path: list[int] = []  # nodes answered with placeholders this iteration
 
     def take_stall_spans(self) -> list[RunnerSpan]:
@@ -202,7 +204,7 @@ class PythonRunner:
                 entry = self._claimed_entry(op_name, args, attrs, loc)
                 if entry is not None:  # its inputs may be placeholders in other iterations
                     return self._answer(run, entry, op_name, args, attrs, flat, loc)
-            return self._trace_op(run, op_name, args, attrs, loc)  # pure, on real values
+            return self._pure_op(run, op_name, args, attrs, loc, info.function)
         if op_type in SHAPE_RULES and not resources:
             return self._fold(op_type, op_name, args, attrs, flat, loc)
         host = not info.known or (info.stateful and not resources)
@@ -211,7 +213,7 @@ class PythonRunner:
         sig = call_signature(op_name, args, attrs, loc)
         entry = self.index.entries.get(sig)
         if entry is None:
-            entry = self._infer(sig, inputs, attrs, flat)
+            entry = infer_entry(self.index, sig, inputs, attrs, flat)
             if entry is None:
                 return self._diverge(run, op_name, args, attrs, loc, sig)
         if entry is FAST_FALLBACK:
@@ -219,6 +221,19 @@ class PythonRunner:
         if entry is RUN_FOR_REAL or self._value_shaped(entry, sig):
             return self._run_for_real(run, op_name, args, attrs, loc)
         return self._answer(run, entry, op_name, args, attrs, flat, loc)
+
+    def _pure_op(self, run, op_name, args, attrs, loc: int, function: bool):
+        """A stateless op on real values: the outputs of its call on the same values before
+        (``PureOpMemo``: an eager op is slow while the graph runs), else it runs."""
+        key = None if function else self.pure.key(op_name, args, attrs, self._context.device_name)
+        outputs = None if key is None else self.pure.get(key)
+        if outputs is None:
+            outputs = self._trace_op(run, op_name, args, attrs, loc)
+            if key is not None:
+                self.pure.put(key, outputs)
+            return outputs
+        self.log.record(op_name, light_args(args), attrs, outputs, loc)
+        return outputs
 
     def _run_for_real(self, run, op_name, args, attrs, loc: int):
         """Run an op whose real outputs Python must see, once the graph has caught up."""
@@ -249,28 +264,6 @@ class PythonRunner:
         entry = self.index.entries.get(sig)
         computed = type(entry) is Entry and self.executor.computes(entry)
         return entry if computed and not self._value_shaped(entry, sig) else None
-
-    def _infer(self, sig: tuple, inputs, attrs, flat: list) -> Entry | str | None:
-        """An answer to a call that differs from a known one only in input shapes, shape-defining
-        values, list lengths or output counts, with output shapes from inference."""
-        sibling = self.index.sibling(sig)
-        if sibling is None:
-            return None
-        if sibling is FAST_FALLBACK:
-            return self.index.add(sig, sibling)
-        op_attrs, specs = sibling.attrs, input_specs(flat, sibling.inputs)
-        if len(flat) != len(sibling.inputs):  # a list of another length
-            op_attrs = None if attrs is not None else with_list_lengths(
-                sibling.op_type, op_attrs, inputs)
-        if op_attrs is None or specs is None:
-            return None
-        op_attrs = with_output_counts(op_attrs, sig[2], op_info(sibling.op_type).count_attrs)
-        outputs = infer_outputs(sibling, op_attrs, specs, sig)
-        if outputs is UNKNOWN:  # a known call whose output shapes are data: it runs for real
-            return self.index.add(sig, RUN_FOR_REAL)
-        if outputs is None or {d for d, _ in outputs} != {s[0].name for s in sibling.outputs}:
-            return None
-        return self.index.add(sig, sibling, op_attrs, specs, outputs)
 
     def _reads_resizable_variable(self, flat: list) -> bool:
         """Whether an input is a variable whose shape may change (``shape=[None, ...]``): what

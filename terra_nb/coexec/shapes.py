@@ -20,12 +20,37 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import ops
 
+from ..capture.attrs import with_list_lengths, with_output_counts
 from ..capture.functions import static_outputs
 from ..capture.placeholder import Placeholder
-from ..capture.signature import Entry, op_info
+from ..capture.signature import FAST_FALLBACK, RUN_FOR_REAL, Entry, SignatureIndex, op_info
 from .lower import SegmentOp, lower
 
 UNKNOWN = "unknown"  # a shape that inference cannot tell: it depends on input values
+
+
+def infer_entry(index: SignatureIndex, sig: tuple, inputs, attrs, flat: list) -> Entry | None:
+    """An entry for a call with signature ``sig`` that differs from a known one only in input
+    shapes, shape-defining values, list lengths or output counts, with output shapes from
+    inference (added to ``index``); None when there is no such sibling or inference fails."""
+    sibling = index.sibling(sig)
+    if sibling is None:
+        return None
+    if sibling is FAST_FALLBACK:
+        return index.add(sig, sibling)
+    op_attrs, specs = sibling.attrs, input_specs(flat, sibling.inputs)
+    if len(flat) != len(sibling.inputs):  # a list of another length
+        op_attrs = None if attrs is not None else with_list_lengths(
+            sibling.op_type, op_attrs, inputs)
+    if op_attrs is None or specs is None:
+        return None
+    op_attrs = with_output_counts(op_attrs, sig[2], op_info(sibling.op_type).count_attrs)
+    outputs = infer_outputs(sibling, op_attrs, specs, sig)
+    if outputs is UNKNOWN:  # a known call whose output shapes are data: it runs for real
+        return index.add(sig, RUN_FOR_REAL)
+    if outputs is None or {d for d, _ in outputs} != {s[0].name for s in sibling.outputs}:
+        return None
+    return index.add(sig, sibling, op_attrs, specs, outputs)
 
 
 def infer_outputs(entry: Entry, attrs: tuple, specs: tuple, sig: tuple) -> list[tuple] | str | None:
