@@ -289,6 +289,7 @@ export function mountGraph(model, el) {
     info.textContent = `${data.nodes.length} nodes · ${Object.keys(data.elements).length} drawn · ` +
       `${loops} loops · ${(data.branch_points || []).length} branch points`;
     mark();
+    find();  // the picture may have been drawn before this data came: match the search again
     if (model.get("selected")) showDetails(model.get("selected"));
   }
   function keyOfTarget(target) {
