@@ -61,6 +61,7 @@ class SpanLog:
     def __init__(self, keep: int = 200) -> None:
         self.keep = keep
         self._by_iteration: OrderedDict[int, list[RunnerSpan]] = OrderedDict()
+        self._in_order = True  # keys ascending: the stale ones are at the front
         self.graph_times: dict[int, list[float]] = {}  # iteration -> [exec, stall] seconds
 
     def add(self, spans: Iterable[RunnerSpan]) -> None:
@@ -70,13 +71,22 @@ class SpanLog:
                 times = self.graph_times.setdefault(s.iteration, [0.0, 0.0])
                 times[s.kind == "stall"] += s.duration
             if s.iteration > newest - self.keep:
-                self._by_iteration.setdefault(s.iteration, []).append(s)
+                kept = self._by_iteration.get(s.iteration)
+                if kept is None:
+                    kept = self._by_iteration[s.iteration] = []
+                    self._in_order = self._in_order and s.iteration > newest
+                kept.append(s)
                 newest = max(newest, s.iteration)
         self._trim(newest)
 
     def _trim(self, newest: int) -> None:
-        for iteration in [i for i in self._by_iteration if i <= newest - self.keep]:
-            del self._by_iteration[iteration]
+        # runs twice an iteration: no pass over the whole window unless a late iteration came
+        if not self._in_order:
+            self._by_iteration = OrderedDict(sorted(self._by_iteration.items()))
+            self._in_order = True
+        log = self._by_iteration
+        while log and next(iter(log)) <= newest - self.keep:
+            log.popitem(last=False)
 
     def spans(self) -> tuple[RunnerSpan, ...]:
         """The kept spans in iteration order (PythonRunner before GraphRunner within one)."""

@@ -79,3 +79,21 @@ def test_static_timeline_pictures():
     bundle = StaticTimeline(spans, stats, window=3)._repr_mimebundle_()
     assert 'data-caption="iterations #1–#3 (the last 3 of 4)"' in bundle["image/svg+xml"]
     assert bundle["image/png"].startswith(b"\x89PNG") and "text/html" not in bundle
+
+
+def test_the_span_log_keeps_the_last_iterations_also_when_one_arrives_late():
+    from terra_nb.timeline import RunnerSpan, SpanLog
+
+    def span(iteration, runner="python"):
+        return RunnerSpan(runner, "exec", iteration, "coexec", 0.0, 1.0)
+
+    log = SpanLog(keep=3)
+    log.add([span(0), span(1)])
+    log.add([span(2), span(1, "graph")])
+    log.add([span(3)])
+    assert [s.iteration for s in log.spans()] == [1, 1, 2, 3]
+    log.add([span(5), span(4)])  # the GraphRunner's spans of 4 after Python's of 5
+    assert [s.iteration for s in log.spans()] == [3, 4, 5]
+    log.add([span(6)])
+    assert [s.iteration for s in log.spans()] == [4, 5, 6]
+    assert log.graph_times == {1: [1.0, 0.0]}  # counted for every iteration, kept or not
