@@ -34,6 +34,7 @@ from ..errors import TerraError
 from ..timeline import RunnerSpan
 from .compile_policy import CompilePolicy, Young
 from .lower import (
+    FunctionCall,
     Segment,
     compile_segment,
     eager_equal_config,
@@ -325,17 +326,18 @@ class GraphRunner:
         if isinstance(function, Segment):  # it cannot be compiled: its ops run one by one
             self._run_op_by_op(item, function)
             return
-        specs = function.structured_input_signature[0]
+        specs = function.cf.structured_input_signature[0]
         args = [real_argument(a, spec.dtype) for a, spec in zip(item.args, specs)]
         try:
-            values = function._call_flat(args, function.captured_inputs)
+            values = function(*args)
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
             if not _xla_refused(error):
                 raise
             # XLA has no kernel for an op of it: nothing ran; run it compiled without XLA
             segment = make_segment(item.key, item.entries)
-            function = self._cache[item.key] = compile_segment(segment, self.handles, False)
-            values = function._call_flat(args, function.captured_inputs)
+            function = self._cache[item.key] = FunctionCall(
+                compile_segment(segment, self.handles, False))
+            values = function(*args)
         if first is not None:
             self.policy.learn(item.key, time.perf_counter() - first)
         self._deliver_values(item, values)
@@ -351,7 +353,7 @@ class GraphRunner:
         the graph needs for a static shape, as ``RaggedTensor.to_tensor`` has)."""
         segment = make_segment(item.key, item.entries)
         try:
-            function = compile_segment(segment, self.handles, self.xla)
+            function = FunctionCall(compile_segment(segment, self.handles, self.xla))
         except (ValueError, TypeError):
             if not interpretable(segment):
                 raise

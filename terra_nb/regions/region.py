@@ -15,13 +15,13 @@ import weakref
 
 import tensorflow as tf
 from tensorflow.python import pywrap_tfe
-from tensorflow.python.eager import context, execute, record
+from tensorflow.python.eager import record
 from tensorflow.python.framework.indexed_slices import IndexedSlices
 
 from .. import capture
 from ..capture.functions import register
 from ..capture.location import called_from_c_loop
-from ..coexec.lower import Segment, Wire, compile_segment, eager_equal_config
+from ..coexec.lower import FunctionCall, Segment, Wire, compile_segment
 from ..trace.tracegraph import RegionCall
 from .backward import build_backward, trainable_dtype
 from .branches import guard_segment
@@ -33,9 +33,8 @@ _HIGHER_ORDER = 2  # TFE_Py_TapeSetPossibleGradientTypes: more than one tape, or
 _PLUMBING = frozenset({"Const", "Identity", "NoOp"})  # left out of a function's op types
 
 
-class FastCall:
-    """Call a concrete function as one eager op (``AtomicFunction.call_flat`` minus its Python).
-    Keeps the ConcreteFunction alive: its function stays registered. Registered with
+class FastCall(FunctionCall):
+    """A region's function, called as one eager op (``FunctionCall``). Registered with
     ``capture.functions`` (static output specs), so co-execution answers it with placeholders and
     runs it as graph work: a call in a graph segment that is never inlined (``noinline``), so it
     keeps its own grappler config (``eager_equal_config``) and its values stay eager's."""
@@ -43,11 +42,7 @@ class FastCall:
     def __init__(self, cf, body=None) -> None:
         """``body``: B's Python body (``backward.build_backward``), which a tape region traces
         into its own function."""
-        self.cf, fn = cf, cf._inference_function
-        self.name = fn.name.decode() if isinstance(fn.name, bytes) else fn.name
-        self.caps = list(cf.captured_inputs)
-        self.n_out = len(fn.cached_definition.signature.output_arg)
-        self.attrs = ("executor_type", "", "config_proto", eager_equal_config())
+        super().__init__(cf)
         self._op_types: tuple[str, ...] | None = None
         self.body = body
         # B's outputs: a list of tensors and IndexedSlices (an embedding's gradient), packed by
@@ -57,7 +52,8 @@ class FastCall:
         if type(outputs) is list and all(isinstance(o, tf.Tensor | IndexedSlices) for o in outputs):
             self._slices = [0 if isinstance(o, tf.Tensor) else 2 + (o.dense_shape is not None)
                             for o in outputs]
-        register(fn, confirmed=True)  # static output specs: in co-execution it is graph work
+        # static output specs: in co-execution it is graph work
+        register(cf._inference_function, confirmed=True)
 
     def op_types(self) -> tuple[str, ...]:
         """The op types of the function's body, in its order; constants and identities (its
@@ -66,10 +62,6 @@ class FastCall:
             body = self.cf._inference_function.cached_definition.node_def
             self._op_types = tuple(n.op for n in body if n.op not in _PLUMBING)
         return self._op_types
-
-    def __call__(self, *args) -> list:
-        return execute.execute(self.name, self.n_out, [*args, *self.caps], self.attrs,
-                               context.context())
 
     def packed(self, *args):
         """The outputs in the function's structure: a composite output (the ``IndexedSlices``
