@@ -92,9 +92,19 @@ def effect_model(*effects: str) -> keras.Model:
     return keras.Sequential([CountingDense(8), *(EffectLayer(e) for e in effects)])
 
 
+def cnn() -> keras.Model:
+    """Convolutions, ReLU and max pools, non-overlapping (VALID) and overlapping (SAME, 3 by
+    stride 2): a pool window of ReLU zeros is a tie its gradient must break as eager does."""
+    L = keras.layers  # noqa: N806
+    return keras.Sequential([
+        keras.Input((12, 12, 3)), L.Conv2D(6, 3, activation="relu"), L.MaxPooling2D(),
+        L.Conv2D(8, 3, activation="relu"), L.MaxPooling2D(3, 2, padding="same"),
+        L.Flatten(), CountingDense(4)])
+
+
 MODELS = {"sequential": sequential, "functional": functional, "subclassed": Subclassed,
           "bn": lambda: sequential("bn"), "dropout": lambda: sequential("dropout"),
-          "embedding": embedding}
+          "embedding": embedding, "cnn": cnn}
 OPTIMIZERS = {
     "adam": lambda: keras.optimizers.Adam(1e-2),
     "sgd-momentum": lambda: keras.optimizers.SGD(1e-2, momentum=0.9),
@@ -111,6 +121,13 @@ def data(steps: int, batch: int = 16, seed: int = 1, sizes: dict | None = None) 
         out.append((tf.constant(rs.rand(n, 8).astype("float32")),
                     tf.constant(rs.randint(0, 4, n).astype("int64"))))
     return out
+
+
+def image_data(steps: int, batch: int = 8, seed: int = 1) -> list:
+    """``steps`` batches of 12 x 12 RGB images (centred: ReLU zeros in every layer) and labels."""
+    rs = np.random.RandomState(seed)
+    return [(tf.constant((rs.rand(batch, 12, 12, 3) - 0.5).astype("float32")),
+             tf.constant(rs.randint(0, 4, batch).astype("int64"))) for _ in range(steps)]
 
 
 def token_data(steps: int, batch: int = 16, seed: int = 1) -> list:
