@@ -101,7 +101,7 @@ def _eager_sig(x, shape_like: bool) -> tuple:
     if enum == _RESOURCE_ENUM:  # which variable decides the shapes of what is read
         return (enum, x._id)
     shape = x._shape_tuple()
-    if shape_like and enum in _INT_ENUMS and _size(shape) <= MAX_VALUES:
+    if shape_like and enum in _INT_ENUMS and size_of(shape) <= MAX_VALUES:
         return (enum, shape, tuple(x._numpy_internal().ravel().tolist()))
     return (enum, shape)
 
@@ -136,7 +136,8 @@ def input_sig(x: Any, shape_like: bool) -> tuple:
     return ("obj", t)
 
 
-def _size(shape: tuple) -> int:
+def size_of(shape: tuple) -> int:
+    """Elements in a tensor of this (fully known) shape."""
     size = 1
     for d in shape:
         size *= d

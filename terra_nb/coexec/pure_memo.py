@@ -22,6 +22,8 @@ from tensorflow.python.eager import record
 from tensorflow.python.framework import dtypes, ops
 from tensorflow.python.framework.tensor_shape import TensorShape
 
+from ..capture.signature import size_of
+
 _EAGER = ops.EagerTensor
 # resource and variant: a handle, not a value; string: _numpy_internal gives object pointers
 _NOT_VALUES = frozenset({dtypes.resource.as_datatype_enum, dtypes.variant.as_datatype_enum,
@@ -36,20 +38,13 @@ class _NoKey(Exception):
     """An input whose value the key cannot hold (large, a handle, an arbitrary object)."""
 
 
-def _size(shape: tuple) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def _key_of(x: Any) -> Any:
     """A hashable value that equals another's exactly when the two inputs are the same value."""
     t = type(x)
     if t is _EAGER:
         enum = x._datatype_enum()
         shape = x._shape_tuple()
-        if enum in _NOT_VALUES or _size(shape) > MAX_INPUT_ELEMENTS:
+        if enum in _NOT_VALUES or size_of(shape) > MAX_INPUT_ELEMENTS:
             raise _NoKey
         return (enum, shape, x._numpy_internal().tobytes())
     if t is float:  # hex: -0.0 is not 0.0, and a NaN equals itself
@@ -110,7 +105,7 @@ class PureOpMemo:
     def put(self, key: tuple, outputs) -> None:
         """Keep ``outputs`` (a tensor or a list of them) when they are small."""
         flat = outputs if type(outputs) is list else [outputs]
-        if not all(type(o) is _EAGER and _size(o._shape_tuple()) <= MAX_OUTPUT_ELEMENTS
+        if not all(type(o) is _EAGER and size_of(o._shape_tuple()) <= MAX_OUTPUT_ELEMENTS
                    for o in flat):
             return
         if len(self._outputs) >= MAX_ENTRIES:
