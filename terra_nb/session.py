@@ -235,11 +235,14 @@ class Terra:
         iteration = ExitStack()
         settling = self._interception is not None and self._interception.settling()
         self._forming = settling and self._engine.keep_tracing()  # traced while regions form
-        iteration.enter_context(self._engine.begin(root_frame, len(self._stats)))
-        if self._interception is not None:  # inside the engine's capture: regions tee into it
-            iteration.enter_context(self._interception.iteration())
-        self._iteration = iteration  # only once it began: an error raised there ends nothing
-        self._t_start = time.perf_counter()
+        # a Ctrl-C is raised once the iteration is held (__exit__ ends it): one that cut the
+        # hooks' install short, after its count went up, left them installed (1 of 200 runs)
+        with self._engine.critical():
+            iteration.enter_context(self._engine.begin(root_frame, len(self._stats)))
+            if self._interception is not None:  # inside the engine's capture: regions tee in
+                iteration.enter_context(self._interception.iteration())
+            self._iteration = iteration  # only once it began: an error raised there ends nothing
+            self._t_start = time.perf_counter()
 
     def _end(self, ended: str) -> None:
         if self._iteration is None:

@@ -1,6 +1,7 @@
-"""A Ctrl-C while a Terra opens (after its engine and hooks are up) closes what it opened: no
-GraphRunner thread, capture hook or SIGINT handler is left behind (the timer-interrupt test met
-one landing in the heap freeze, at run 112 of 200)."""
+"""A Ctrl-C while a Terra opens (after its engine and hooks are up), or while an iteration begins,
+closes what it opened: no GraphRunner thread, capture hook or SIGINT handler is left behind (the
+timer-interrupt test met one landing in the heap freeze, at run 112 of 200, and one in the hooks'
+install, at run 56)."""
 
 import signal
 import threading
@@ -29,3 +30,28 @@ def test_a_ctrl_c_while_opening_leaves_nothing_open(monkeypatch):
     with Terra() as terra:  # the thread can open a Terra again
         for _ in terra.loop(range(3)):
             tf.constant(1.0) + 1.0
+
+
+def test_a_ctrl_c_while_an_iteration_installs_the_hooks_leaves_none(monkeypatch):
+    """The timer-interrupt test met a Ctrl-C just after the hooks' install counted one more
+    user, before the iteration held it (run 56 of 200): the hooks stayed installed."""
+    from terra_nb.capture import hooks
+
+    before_handler, installs = signal.getsignal(signal.SIGINT), hooks._installs
+    real_install, armed = hooks._install, [False]
+
+    def install_then_ctrl_c():
+        real_install()
+        if armed[0]:
+            armed[0] = False
+            signal.raise_signal(signal.SIGINT)  # handled at the next instruction
+
+    monkeypatch.setattr(hooks, "_install", install_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt), Terra() as terra:
+        armed[0] = True
+        for _ in terra.loop(range(3)):
+            tf.constant(1.0) + 1.0
+    # as many users as before (values an earlier test keeps alive may hold the hooks)
+    assert not armed[0] and hooks._installs == installs
+    assert not [t for t in threading.enumerate() if t.name == "terra-graph-runner"]
+    assert signal.getsignal(signal.SIGINT) is before_handler
