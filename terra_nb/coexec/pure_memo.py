@@ -62,16 +62,6 @@ def _key_of(x: Any) -> Any:
     raise _NoKey
 
 
-def _tensors(args) -> list:
-    out = []
-    for a in args:
-        if type(a) is _EAGER:
-            out.append(a)
-        elif type(a) is list or type(a) is tuple:
-            out.extend(x for x in a if type(x) is _EAGER)
-    return out
-
-
 class PureOpMemo:
     """Outputs of stateless ops by the values of their inputs and attrs (one loop's)."""
 
@@ -83,10 +73,11 @@ class PureOpMemo:
     def new_iteration(self) -> None:
         self._handed.clear()
 
-    def key(self, op_name, args, attrs, device: str) -> tuple | None:
-        """The memo key of this call, or None when it cannot be memoised."""
+    def key(self, op_name, args, attrs, inputs: list, device: str) -> tuple | None:
+        """The memo key of this call (``inputs``: its flat inputs, the PythonRunner's), or None
+        when it cannot be memoised."""
         if record.could_possibly_record() and pywrap_tfe.TFE_Py_TapeSetShouldRecordBackprop(
-                _tensors(args)):
+                [x for x in inputs if type(x) is _EAGER]):
             return None  # a tape records it: its output must be a tensor of its own
         try:
             return (op_name, device, _key_of(args), _key_of(attrs))

@@ -204,7 +204,7 @@ class PythonRunner:
                 entry = self._claimed_entry(op_name, args, attrs, loc)
                 if entry is not None:  # its inputs may be placeholders in other iterations
                     return self._answer(run, entry, op_name, args, attrs, flat, loc)
-            return self._pure_op(run, op_name, args, attrs, loc, info.function)
+            return self._pure_op(run, op_name, args, attrs, flat, loc, info.function)
         if op_type in SHAPE_RULES and not resources:
             return self._fold(op_type, op_name, args, attrs, flat, loc)
         host = not info.known or (info.stateful and not resources)
@@ -222,10 +222,12 @@ class PythonRunner:
             return self._run_for_real(run, op_name, args, attrs, loc)
         return self._answer(run, entry, op_name, args, attrs, flat, loc)
 
-    def _pure_op(self, run, op_name, args, attrs, loc: int, function: bool):
-        """A stateless op on real values: the outputs of its call on the same values before
-        (``PureOpMemo``: an eager op is slow while the graph runs), else it runs."""
-        key = None if function else self.pure.key(op_name, args, attrs, self._context.device_name)
+    def _pure_op(self, run, op_name, args, attrs, flat: list, loc: int, function: bool):
+        """A stateless op on real values (``flat`` its inputs): the outputs of its call on the
+        same values before (``PureOpMemo``: an eager op is slow while the graph runs), else it
+        runs."""
+        key = None if function else self.pure.key(op_name, args, attrs, flat,
+                                                  self._context.device_name)
         outputs = None if key is None else self.pure.get(key)
         if outputs is None:
             outputs = self._trace_op(run, op_name, args, attrs, loc)

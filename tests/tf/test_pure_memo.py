@@ -53,7 +53,7 @@ def test_one_memoised_output_is_handed_out_once_per_iteration():
 
 
 def _key(memo, *args):
-    return memo.key("Mul", args, None, "")
+    return memo.key("Mul", args, None, list(args), "")
 
 
 def test_keys_tell_values_apart_exactly():
