@@ -13,11 +13,11 @@ runs reaches what its compile is estimated to cost, so a loop pays at most about
 of the two, whether its segments recur ten times or ten thousand. A run loses its time outside
 the functions its ops call: a compiled run spends the same in them (a segment that is mostly a
 region's calls has little to gain and a big compile). In the Python thread it loses its wait for
-the graph too. Not the calls' time there: from its second run such a segment runs on the
-GraphRunner thread (below), where Python overlaps it without a compile (mlp-small's two
-region-call segments: the same 2.0-2.1 ms iterations compiled, and their compile cost 80 ms;
-counting the calls as rent compiled them in the benchmark's window, 455 -> 312 it/s). The
-estimate is scaled by what compiles measured on this machine.
+the graph too. Not the calls' time there: a compiled run could overlap it with Python's next
+steps, but measured it did not (mlp-small's two region-call segments: the same 2.0-2.1 ms
+iterations compiled, and their compile cost 80 ms; counting that time compiled them in the
+benchmark's window, 455 -> 312 it/s). The estimate is scaled by what compiles measured on this
+machine.
 
 A segment on the loop's steady path (submitted in nearly every iteration since its first, three
 in a row at least) will recur: it rents ahead, as if the next ``LOOKAHEAD`` iterations had paid
@@ -26,14 +26,10 @@ out of the timed iterations) while one that is mostly a region's calls still doe
 the same throughput without, and 0.2 s less in all). Steadiness is a share, not a run: a loop
 drawing one of a few lengths at random meets each length twice in a row now and then.
 
-Until it is compiled, a segment that is mostly graph compute runs interpreted on the GraphRunner
-thread, so Python goes on meanwhile: its interpreted run takes far longer than dispatching its
-ops, or most of it is spent in the functions its ops call (region calls, user ``tf.function``s),
-which run in TensorFlow's runtime without the GIL. Measured (the last 100 of 200-300 iterations,
-ms per iteration, regions on): mlp-python 3.3 -> 2.2, rnn-varlen 4.8 -> 3.9, mlp-functions
-3.0 -> 2.3; mlp-small and cnn unchanged. One that is mostly dispatch runs in the Python thread,
-once the graph has caught up, where it costs what eager costs without the two threads contending
-for the GIL.
+Until it is compiled, a segment that is mostly graph compute (its interpreted run takes far longer
+than dispatching its ops) runs interpreted on the GraphRunner thread, so Python goes on meanwhile;
+one that is mostly dispatch runs in the Python thread, once the graph has caught up, where it costs
+what eager costs without the two threads contending for the GIL.
 """
 
 from __future__ import annotations
@@ -47,8 +43,7 @@ from .lower import Segment
 COMPILE_BASE_S = 0.015  # a new segment's compile and first run, before its ops ...
 COMPILE_PER_OP_S = 0.00015  # ... and per op, those of the functions it calls included
 DISPATCH_S = 0.00004  # dispatching one op eagerly from Python
-GRAPH_BOUND = 50.0  # a run this many times its ops' dispatch is mostly graph compute ...
-CALLS_SHARE = 0.5  # ... as is one spending this share of its time in the functions it calls
+GRAPH_BOUND = 50.0  # a run this many times its ops' dispatch is mostly graph compute
 STEADY_SHARE = 0.9  # submitted in this share of the iterations since its first ...
 STEADY_AFTER = 3  # ... and in this many: the steady path
 LOOKAHEAD = 20  # iterations of rent a steady segment pays ahead
@@ -131,8 +126,7 @@ class CompilePolicy:
         # loop's thread Python's wait for the graph)
         rent = seconds - calls + (waited or 0.0)
         young.spent += rent
-        young.graph_bound = (seconds > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops)
-                             or calls > CALLS_SHARE * seconds)
+        young.graph_bound = seconds > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops)
         young.rent = seconds - calls if young.graph_bound else rent  # the next run's, as it goes
 
     def segments(self) -> tuple[Segment, ...]:
