@@ -65,3 +65,25 @@ def test_stage_imports_point_one_way():
                                                 re.M):
                 wrong.append(f"regions/{path.name} imports IPython")
     assert not wrong, wrong
+
+
+PLACEHOLDER_STATE = {"value", "item", "queued", "replayed", "failed", "owner"}
+
+
+def test_only_the_placeholder_writes_its_state():
+    """A placeholder's state changes only through its own methods (``resolve``, ``bind``,
+    ``replay``, ...), which its owner calls: no other module assigns those fields of another
+    object (``self.failed`` of an executor is its own)."""
+    wrong = []
+    for path in _python_files():
+        if path.name == "placeholder.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else [
+                node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+            for target in targets:
+                for part in ast.walk(target):
+                    if isinstance(part, ast.Attribute) and part.attr in PLACEHOLDER_STATE \
+                            and not (isinstance(part.value, ast.Name) and part.value.id == "self"):
+                        wrong.append(f"{path.relative_to(ROOT)}:{part.lineno} .{part.attr}")
+    assert not wrong, "write a placeholder's state through its methods:\n" + "\n".join(wrong)

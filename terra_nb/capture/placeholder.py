@@ -33,7 +33,8 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
                  device: str = "", owner: Any = None) -> None:
         """``spec``: (tf.DType, TensorShape, call-signature form), made once per TraceGraph
         output; the PythonRunner creates one placeholder per answered op output. ``owner``:
-        the executor that computes it, the only writer of its value and of the fields below."""
+        the executor that computes it; it and its runtime change the fields below only through
+        the methods under "its owner's writes" (tests/test_style.py checks)."""
         self._id = ops.uid()
         self._dtype, self._shape_val, self.sig = spec
         self._producer = producer
@@ -50,6 +51,28 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
         self.queued = False
         self.replayed = False
         self.failed: BaseException | None = None
+
+    # -- its owner's writes ------------------------------------------------------------------
+
+    def resolve(self, value) -> None:
+        """Its value, as the graph computed it (from any thread)."""
+        self.value = value
+
+    def bind(self, item) -> None:
+        """The work item that computes it (None: settled, the item is no longer needed)."""
+        self.item = item
+
+    def expect_fetch(self) -> None:
+        """The whole program sends its value to a fetch queue."""
+        self.queued = True
+
+    def replay(self, value) -> None:
+        """Its value from an eager replay of its iteration: no fetch queue sends it any more."""
+        self.value, self.queued, self.replayed = value, False, True
+
+    def fail(self, error: BaseException) -> None:
+        """The run that was to compute it failed with ``error``."""
+        self.failed = error
 
     # -- what eager tensors have ------------------------------------------------------------
 
@@ -118,7 +141,7 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
         """
         if not self._fetched:  # the first read is the fetch, even if the graph is done already
             if not self.replayed:  # a replayed value never left a graph: as an op input, no fetch
-                self.value = self._producer.materialise(self)
+                self._producer.materialise(self)  # the owner resolves it
             self._fetched = True
         if not self._taped and record.could_possibly_record():
             self._taped = True

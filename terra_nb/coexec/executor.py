@@ -105,7 +105,7 @@ class KeptPlaceholders:
                 item = ph.item
                 if ph.value is not None and item is not None and item.done.is_set() \
                         and item.error is None:
-                    ph.item = None
+                    ph.bind(None)
             self._refs = [weakref.ref(ph) for ph in alive]
             self._limit = max(self.prune_from, 2 * len(alive))
 

@@ -369,7 +369,7 @@ class GraphRunner:
                     f"op output shape {value.shape} differs from the traced {placeholder.shape} "
                     f"(node {placeholder.node}); the op's output shape depends on input values"
                 )
-            placeholder.value = value
+            placeholder.resolve(value)
 
 
 def _xla_refused(error: BaseException) -> bool:

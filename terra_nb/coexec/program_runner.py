@@ -159,7 +159,7 @@ class WholeProgram:
             self._made[id(ph)] = (position, node.id, k, trips)
             self._latest[(node.id, k)] = id(ph)
         for k in node.fetches:
-            outs[k].queued = True
+            outs[k].expect_fetch()
             self._fetch_order[node.outputs[k].dtype].append((self._iteration, weakref.ref(outs[k])))
         self._records.append((entry, tuple(wiring), [weakref.ref(o) for o in outs]))
         self.kept.add(outs)  # any of them may outlive the loop
@@ -272,7 +272,7 @@ class WholeProgram:
             raise
         target = ref()
         if target is not None:
-            target.value = value
+            target.resolve(value)
         return True
 
     def _drain(self, upto: int) -> None:
@@ -320,7 +320,7 @@ class WholeProgram:
         for ref in dropped:
             ph = ref()
             if ph is not None and ph.value is None:
-                ph.failed = error
+                ph.fail(error)
         self.failed = error
         raise error
 

@@ -153,9 +153,7 @@ def unvalued(records: list) -> list[tuple[int, int, Placeholder]]:
 def give_values(targets: list, values: list) -> None:
     """The replayed values into their placeholders (no longer waited for in a fetch queue)."""
     for (_, _, ph), value in zip(targets, values):
-        ph.value = value
-        ph.queued = False
-        ph.replayed = True
+        ph.replay(value)
 
 
 def fed_index(options: tuple) -> int | None:

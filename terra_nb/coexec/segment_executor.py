@@ -130,7 +130,7 @@ class SegmentExecutor:
         item = WorkItem(key, entries, args, [ph for _, _, ph in kept], self.lane.iteration,
                         self.lane.state)
         for _, _, ph in kept:
-            ph.item = item
+            ph.bind(item)
         self.kept.add([ph for _, _, ph in kept])
         if fed:
             self.lane.moment("feed")  # values from Python enter the graph with this segment
