@@ -249,6 +249,21 @@ def test_eager_iterations_run_without_hooks_once_no_placeholder_lives(monkeypatc
     assert all(same[1:]) if keep else not any(same)
 
 
+def test_a_try_again_that_meets_new_paths_again_goes_eager_after_fewer_iterations(monkeypatch):
+    from terra_nb.modes import CoexecEngine
+
+    monkeypatch.setattr(CoexecEngine, "eager_span", 3)
+    trip_counts = range(1, 31)  # never a trip count seen before
+    plain = _tanh_loop(lambda it: it, trip_counts)
+    with pytest.warns(RuntimeWarning, match="never taken before"), Terra() as terra:
+        co = _tanh_loop(terra.loop, trip_counts)
+    assert co == plain
+    phases = [s.phase for s in terra.stats]
+    # ten to tell the first time; a try again, three (then twice the eager stretch)
+    assert phases == (["tracing"] * 2 + ["coexec"] * 10 + ["eager"] * 3 + ["coexec"] * 3
+                      + ["eager"] * 6 + ["coexec"] * 3 + ["eager"] * 3)
+
+
 def test_co_executed_iterations_count_their_feeds_as_traced_ones_do():
     v = tf.Variable(tf.ones((2, 3)))
     batches = [np.full((2, 3), i, np.float32) for i in range(6)]
