@@ -221,6 +221,8 @@ class GraphRunner:
             self.generation += 1
         if not getattr(error, "_terra_noted", False):
             error._terra_noted = True
+            # the op's name is the one channel: an error a function call raises has no op,
+            # node_def or payload (TF 2.21), only text that names the failing graph node
             nodes = [int(n) for n in re.findall(r"terra_node_(\d+)", str(error))]
             where = f" by the op at {self.describe(nodes[0])}" if nodes else ""
             error.add_note(
