@@ -82,7 +82,11 @@ class FastCall(FunctionCall):
 
 
 def _gradient(backward: FastCall, saved: list, *out_grads):
-    """A region's op on the gradient tape: B of the saved forward values and the out-grads."""
+    """A region's op on the gradient tape: B of the saved forward values and the out-grads.
+    An out-grad the tape hands over as ``IndexedSlices`` (a ``tf.gather`` of the region's
+    output) goes in dense, made by the same conversion the ops' own gradient functions apply in
+    eager (``convert_to_tensor``): B's arguments are tensors."""
+    out_grads = [tf.convert_to_tensor(g) if type(g) is IndexedSlices else g for g in out_grads]
     return backward.packed(*saved, *out_grads)
 
 

@@ -104,6 +104,28 @@ def test_an_embedding_gradient_of_indexed_slices_stays_sparse(mode):
     assert formed(terra, "Adam.apply_gradients").hits >= 8
 
 
+def gathered_loss_program(loop):
+    """The loss of rows gathered from the model's output: the tape hands the model's region an
+    ``IndexedSlices`` out-grad (GatherV2's gradient), which eager's gradient functions take too."""
+    net, opt = sequential(), keras.optimizers.Adam(1e-2)
+    rows_of = tf.constant([0, 2, 2, 5, 7])  # a row twice: its slices add up
+    CALLS.clear()
+    losses = []
+    for x, _ in loop(data(12)):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(tf.gather(net(x, training=True), rows_of)))
+        grads = tape.gradient(loss, net.trainable_variables)
+        opt.apply_gradients(zip(grads, net.trainable_variables))
+        losses.append(float(loss))
+    return losses, state_of(net)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_gathered_output_gives_its_region_a_dense_out_grad(mode):
+    terra, calls, eager_calls = compare(gathered_loss_program, OPTIONS[mode])
+    assert_python_skipped(terra, calls, eager_calls, "Sequential.__call__", 2)
+
+
 def effect_program(*effects: str, steps: int = 8):
     def program(loop):
         model = effect_model(*effects)
