@@ -225,12 +225,17 @@ class PythonRunner:
     def _pure_op(self, run, op_name, args, attrs, flat: list, loc: int, function: bool):
         """A stateless op on real values (``flat`` its inputs): the outputs of its call on the
         same values before (``PureOpMemo``: an eager op is slow while the graph runs), else it
-        runs."""
+        runs; if it fails, an op issued before it that failed in the graph is raised first."""
         key = None if function else self.pure.key(op_name, args, attrs, flat,
                                                   self._context.device_name)
         outputs = None if key is None else self.pure.get(key)
         if outputs is None:
-            outputs = self._trace_op(run, op_name, args, attrs, loc)
+            try:
+                outputs = self._trace_op(run, op_name, args, attrs, loc)
+            except Exception as error:  # as eager would: the first failure in program order
+                if not isinstance(error, _FallbackException):
+                    self._catch_up("an op failed on real values", op_type_of(op_name), loc)
+                raise
             if key is not None:
                 self.pure.put(key, outputs)
             return outputs

@@ -2,7 +2,8 @@
 buffers reused after the op, ``set_shape``, output shapes that depend on values, tuple shape
 arguments, one Python number fed to inputs of two dtypes; and what errors do: a runtime error in
 the graph caught while the loop goes on, a failing op stopping the side effects issued after it,
-strict mode. (Each once broke co-execution; they stay as regressions.) Each also asserts what
+an op failing on real values after one that failed in the graph (eager raises the first), strict
+mode. (Each once broke co-execution; they stay as regressions.) Each also asserts what
 ran (what_ran.py): every iteration after the two traced ones co-executed, in segments."""
 
 import numpy as np
@@ -171,3 +172,31 @@ def test_strict_mode_records_the_fallback_then_raises():
     assert phases(terra) == ["tracing"] * 2 + ["coexec"] * 3 + ["fallback"]
     assert_coexecuted(terra, at_least=0.5)  # 2 to 4 co-executed, in segments
     assert all(s.python_exec >= 0 for s in terra.stats)
+
+
+def two_failures_in_one_iteration(loop, fail_at: int = 9, steps: int = 14):
+    """At ``fail_at`` an op on graph values fails, then one on Python's values (run in Python's
+    thread at once) would too: eager raises the first only, and the loop goes on."""
+    w = tf.Variable(1.0)
+    y = np.arange(4, dtype="float32")
+    caught = []
+    for i in loop(range(steps)):
+        s = np.array([0, 9 if i == fail_at else 1], "int32")
+        try:
+            h = tf.gather(w * y, s)  # the graph's: fails at fail_at
+            d = h - tf.gather(y, s)  # Python's: would fail next
+            w.assign_add(tf.reduce_sum(d) * 0.0 + 1.0)
+            float(w)
+        except tf.errors.InvalidArgumentError as error:
+            caught.append((i, "GatherV2" in str(error), "[0, 4)" in str(error)))
+    return caught, float(w)
+
+
+@pytest.mark.parametrize("program", ["segments", "whole"])
+def test_an_op_failing_on_real_values_raises_a_failure_the_graph_had_before_it(program):
+    plain = two_failures_in_one_iteration(lambda it: it)
+    with Terra(mode="coexec", program=program) as terra:
+        co = two_failures_in_one_iteration(terra.loop)
+    assert co == plain
+    assert [i for i, *_ in plain[0]] == [9]  # eager raised once: the gather on w * y
+    assert_coexecuted(terra, at_least=0.5)
