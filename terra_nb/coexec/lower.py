@@ -233,13 +233,14 @@ def _on(device: str):
 
 
 def run_segment(segment: Segment, args: list, handles: dict[int, Any],
-                calls: list[float] | None = None) -> list:
+                calls: list[float] | None = None, env: list[list] | None = None) -> list:
     """Run ``segment``'s ops eagerly, one by one, in the order Python issued them (so a failing op
     stops every later one, as in eager); returns the values the segment returns. ``calls``, when
-    given, gets the seconds each call of a function among the ops took. The caller keeps this
-    thread's capture hooks and gradient tapes out of it."""
+    given, gets the seconds each call of a function among the ops took; ``env``, each op's
+    outputs as it runs (what ran before a failing op stays readable, as in eager). The caller
+    keeps this thread's capture hooks and gradient tapes out of it."""
     ctx = context.context()
-    env: list[list] = []
+    env = [] if env is None else env
     for op in segment.ops:
         attrs = eager_attrs(op.op_type, op.attrs)
         timed = calls is not None and op_info(op.op_type).function

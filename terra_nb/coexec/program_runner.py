@@ -297,7 +297,7 @@ class WholeProgram:
             return False
         confirmed = [(r, a) for _, i, r, a in self._unfinished if i == failed_iteration]
         failed = confirmed[0] if confirmed else (self._records, self._args)
-        targets = [] if confirmed else unvalued(failed[0])
+        targets = unvalued(failed[0])
         try:  # the iterations before it committed: their fetched values are in the queues
             self._drain(failed_iteration - 1)
         except (errors.OutOfRangeError, errors.CancelledError):
@@ -309,10 +309,13 @@ class WholeProgram:
             order.clear()
         self.channels, self._walker = None, None
         self._records, self._args, self._decisions, self._feeds = [], [], [], []
+        ran: list[list] = []  # the replayed ops' outputs, up to a failing one
         try:
-            values = self._run(*failed, [(p, k) for p, k, _ in targets])
+            values = self._run(*failed, [(p, k) for p, k, _ in targets], ran)
         except Exception as eager_error:  # the same failure, raised where eager raises it
             error = eager_error
+            made = [t for t in targets if t[0] < len(ran)]  # eager has what ran before it
+            give_values(made, [ran[p][k] for p, k, _ in made])
         else:
             if not confirmed:  # eager did not fail: the run had gone ahead of a check
                 give_values(targets, values)
@@ -346,15 +349,16 @@ class WholeProgram:
         targets = unvalued(records)
         give_values(targets, self._run(records, self._args, [(p, k) for p, k, _ in targets]))
 
-    def _run(self, records: list, args: list, returns: list) -> list:
-        """Run issued ops eagerly, one by one; the values of outputs ``returns``."""
+    def _run(self, records: list, args: list, returns: list, ran: list | None = None) -> list:
+        """Run issued ops eagerly, one by one; the values of outputs ``returns`` (``ran``: each
+        op's outputs as it runs, see ``run_segment``)."""
         if not records:
             return []
         ops_key = tuple((entry.uid, wiring, "") for entry, wiring, _ in records)
         segment = make_segment((ops_key, tuple(returns)), [r[0] for r in records])
         args = [real_argument(a, dtype) for a, (dtype, _) in zip(args, segment.args)]
         with capture.bypass(), record.stop_recording():
-            return run_segment(segment, args, self.handles)
+            return run_segment(segment, args, self.handles, env=ran)
 
     # -- between iterations -----------------------------------------------------------------
 
