@@ -1,18 +1,14 @@
 """The GraphRunner: the one thread that runs the graph side of co-execution, in order.
 
-It runs two kinds of work, queued in the order Python issued it: a ``WorkItem`` per segment flush
-(the segment plan), and a ``ProgramRun`` per iteration of the whole program (its executor,
-program_runner.py, feeds the run through its channels while it runs here).
-
-The segment executor submits one ``WorkItem`` per flush: a ``Segment`` (plain data), the objects for
-its arguments, and the placeholders to fill with its returned values. The queue is bounded, so
-Python can run ahead of the graph by a bounded amount of work (back-pressure). Segments are
-compiled once and cached, at the earliest the ``compile_after``-th time they run, and once their
-interpreted runs have cost what their compile would (``compile_policy.py``): until then (a path
-taken once, a loop over lengths seen a few times each) the ops run eagerly, one by one, which
-costs what eager costs instead of a compile. A failure inside a
-segment is kept and raised in Python at its next synchronisation point (a fetch, a flush that
-waits, the end of the loop).
+It runs, in the order Python issued them, a ``WorkItem`` per segment flush (the segment plan:
+a ``Segment``, its arguments, the placeholders its values go to) and a ``ProgramRun`` per
+iteration of the whole program (program_runner.py feeds it through its channels). The queue is
+bounded: Python runs ahead of the graph by a bounded amount of work (back-pressure). A segment is
+compiled and cached at the earliest at its ``compile_after``-th run, once its interpreted runs have
+cost what its compile would (``compile_policy.py``); until then its ops run eagerly, one by one. A
+failure is kept and raised in Python at its next synchronisation point (a fetch, a flush that
+waits, the end of the loop); then the values made before the failing op are readable
+(salvage.py).
 """
 
 from __future__ import annotations
@@ -42,6 +38,7 @@ from .lower import (
     make_segment,
     run_segment,
 )
+from .salvage import values_before_failure
 
 
 class WorkItem:
@@ -143,6 +140,7 @@ class GraphRunner:
         self.error: BaseException | None = None  # the last failure
         self.generation = 0  # bumped when Python is told of a failure
         self._failed_generation = -1
+        self._salvaged: list[tuple] = []  # (placeholder, value): readable once it is told
         # Compiled functions (or segments TensorFlow cannot compile), least recently used first:
         # a loop whose paths never repeat would otherwise keep every one of them.
         self._cache: OrderedDict[tuple, Any] = OrderedDict()
@@ -219,6 +217,9 @@ class GraphRunner:
         eager error would have); work issued once Python has seen the error runs again."""
         if self._failed_generation == self.generation:
             self.generation += 1
+            for placeholder, value in self._salvaged:
+                placeholder.resolve(value)
+            self._salvaged = []
         if not getattr(error, "_terra_noted", False):
             error._terra_noted = True
             # the op's name is the one channel: an error a function call raises has no op,
@@ -298,6 +299,9 @@ class GraphRunner:
         except BaseException as error:  # kept and raised in the Python thread
             self.error = item.error = error
             self._failed_generation = item.generation
+            segment = interpret or make_segment(item.key, item.entries)
+            args = [real_argument(a, dtype) for a, (dtype, _) in zip(item.args, segment.args)]
+            self._salvaged += values_before_failure(segment, args, self.handles, item.returns)
         finally:
             end = time.perf_counter()
             if young is not None:

@@ -1,0 +1,35 @@
+"""What a failed segment run leaves readable: eager has the values of the ops before the failing
+one, a compiled run gives none of its values when one of its ops fails.
+
+The ops before the segment's first op with side effects run again, op by op. A compiled segment
+runs that op only once every op before it succeeded (lower.py orders it after them), so when one
+of them failed the run changed no state, and running them again fails at the same op: the values
+they made before it go into their placeholders once Python has been told of the failure (a read
+before then raises the failure, as it would have). When none of them fails again, the failing op
+came later, after writes the failed run may have applied in part: running anything again could
+apply them twice, so no value is made readable (each read raises the failure).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .lower import Segment, has_side_effect, interpretable, run_segment
+
+
+def values_before_failure(segment: Segment, args: list, handles: dict[int, Any],
+                          returns: list) -> list[tuple]:
+    """(placeholder, value) for each of ``returns`` (the placeholders of ``segment.returns``, in
+    order) that an op before the failing one made; ``args``: the failed run's real arguments."""
+    ops = segment.ops
+    first_effect = next((p for p, op in enumerate(ops) if has_side_effect(op.op_type)), len(ops))
+    prefix = Segment(ops[:first_effect], segment.args, ())
+    if not interpretable(prefix):
+        return []
+    ran: list[list] = []
+    try:
+        run_segment(prefix, args, handles, env=ran)
+    except Exception:  # the failure Python is told of is the failed run's
+        made = [(ph, ran[p][k]) for ph, (p, k) in zip(returns, segment.returns) if p < len(ran)]
+        return [(ph, value) for ph, value in made if value._shape_tuple() == ph.sig[1]]
+    return []
