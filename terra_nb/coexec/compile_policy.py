@@ -21,10 +21,10 @@ machine.
 
 A segment on the loop's steady path (submitted in nearly every iteration since its first, three
 in a row at least) will recur: it rents ahead, as if the next ``LOOKAHEAD`` iterations had paid
-their rent too, so a segment of plain ops compiles at once (yolov3, dcgan: their compiles stay
-out of the timed iterations) while one that is mostly a region's calls still does not (resnet50:
-the same throughput without, and 0.2 s less in all). Steadiness is a share, not a run: a loop
-drawing one of a few lengths at random meets each length twice in a row now and then.
+the mean rent of its runs so far, so a segment of plain ops compiles at once (yolov3, dcgan: their
+compiles stay out of the timed iterations) while one that is mostly a region's calls still does
+not (resnet50: the same throughput without, and 0.2 s less in all). Steadiness is a share, not a
+run: a loop drawing one of a few lengths at random meets each length twice in a row now and then.
 
 Until it is compiled, a segment that is mostly graph compute (its interpreted run takes far longer
 than dispatching its ops) runs interpreted on the GraphRunner thread, so Python goes on meanwhile;
@@ -58,7 +58,8 @@ class Young:
     estimate: float
     spent: float = 0.0
     graph_bound: bool = False
-    rent: float = 0.0  # what its next interpreted run will lose against a compiled one
+    rent: float = 0.0  # what its next interpreted run will lose against a compiled one ...
+    runs: int = 0  # ... the mean over its runs so far: one slow run, 20 times, would compile it
     first: int = -1  # the iteration it was first submitted in
     last: int = -1  # ... and last
     iterations: int = 0  # how many iterations submitted it
@@ -127,7 +128,9 @@ class CompilePolicy:
         rent = seconds - calls + (waited or 0.0)
         young.spent += rent
         young.graph_bound = seconds > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops)
-        young.rent = seconds - calls if young.graph_bound else rent  # the next run's, as it goes
+        young.runs += 1
+        next_rent = seconds - calls if young.graph_bound else rent
+        young.rent += (next_rent - young.rent) / young.runs
 
     def segments(self) -> tuple[Segment, ...]:
         """The young segments, oldest first."""

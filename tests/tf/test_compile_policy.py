@@ -256,3 +256,19 @@ def test_xla_compiles_as_asked_and_lists_each_segment_once(monkeypatch):
     assert values == eager[0] and v == eager[1]
     assert_coexecuted(terra, at_least=0.5, plan="segments")
     assert terra.compiled_segments == len(terra.programs) >= 1  # none listed young as well
+
+
+def test_one_slow_run_of_a_steady_segment_does_not_pay_its_compile_ahead():
+    # a steady segment rents ahead by its runs' mean rent: the last run's, 20 times over, made
+    # one slow run (a busy machine) compile a segment whose calls are most of it (a flaky test)
+    policy = CompilePolicy()
+    young = policy.young(("k",), lambda: _segment(4))
+    small = young.estimate / LOOKAHEAD / 20
+    for iteration in range(9):
+        policy.sighted(young, iteration)
+        policy.ran(young, seconds=small)
+    assert young.steady and not policy.worth_compiling(("k",))
+    policy.sighted(young, 9)
+    policy.ran(young, seconds=young.estimate / LOOKAHEAD * 2)  # alone, it would pay 2 compiles
+    assert not policy.worth_compiling(("k",))
+    assert young.rent == pytest.approx((9 * small + young.estimate / LOOKAHEAD * 2) / 10)
