@@ -25,7 +25,6 @@ from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.eager import context, record
 
 from .. import capture
-from ..capture.placeholder import Placeholder
 from ..errors import TerraError
 from ..timeline import RunnerSpan
 from .compile_policy import CompilePolicy, Young
@@ -36,6 +35,7 @@ from .lower import (
     eager_equal_config,
     interpretable,
     make_segment,
+    real_argument,
     run_segment,
 )
 from .salvage import values_before_failure
@@ -299,9 +299,10 @@ class GraphRunner:
         except BaseException as error:  # kept and raised in the Python thread
             self.error = item.error = error
             self._failed_generation = item.generation
-            segment = interpret or make_segment(item.key, item.entries)
-            args = [real_argument(a, dtype) for a, (dtype, _) in zip(item.args, segment.args)]
-            self._salvaged += values_before_failure(segment, args, self.handles, item.returns)
+            if isinstance(error, Exception):  # not a Ctrl-C: eager has what ran before it
+                segment = interpret or make_segment(item.key, item.entries)
+                self._salvaged += values_before_failure(segment, item.args, self.handles,
+                                                        item.returns)
         finally:
             end = time.perf_counter()
             if young is not None:
@@ -382,19 +383,3 @@ def _xla_refused(error: BaseException) -> bool:
     """Whether XLA refused to compile a segment (an op it has no kernel for): nothing ran."""
     text = str(error)
     return "XLA" in text and ("unsupported operations" in text or "No registered" in text)
-
-
-def real_argument(value: Any, dtype: str):
-    """A segment argument as a tensor: a placeholder's value, a tensor, a Python value."""
-    if isinstance(value, Placeholder):
-        if value.value is None:
-            item = value.item
-            if item is not None and item.error is not None:
-                raise item.error  # made by an op that failed
-            if value.failed is not None:
-                raise value.failed  # made by a whole-program iteration that failed
-            raise TerraError(f"internal: the value of node {value.node} was not kept")
-        return value.value
-    if isinstance(value, tf.Tensor):
-        return value
-    return tf.convert_to_tensor(value, dtype)

@@ -30,6 +30,7 @@ from tensorflow.python.ops import gen_array_ops, gen_functional_ops
 
 from ..capture.attrs import string_attr
 from ..capture.functions import add_to_graph, function_def, noinline_twin, static_outputs
+from ..capture.placeholder import Placeholder
 from ..capture.signature import op_info
 from ..errors import TerraError
 
@@ -252,6 +253,22 @@ def run_segment(segment: Segment, args: list, handles: dict[int, Any],
             calls.append(time.perf_counter() - start)
         env.append(outputs or [])
     return [env[p][k] for p, k in segment.returns]
+
+
+def real_argument(value: Any, dtype: str):
+    """A segment argument as a tensor: a placeholder's value, a tensor, a Python value."""
+    if isinstance(value, Placeholder):
+        if value.value is None:
+            item = value.item
+            if item is not None and item.error is not None:
+                raise item.error  # made by an op that failed
+            if value.failed is not None:
+                raise value.failed  # made by a whole-program iteration that failed
+            raise TerraError(f"internal: the value of node {value.node} was not kept")
+        return value.value
+    if isinstance(value, tf.Tensor):
+        return value
+    return tf.convert_to_tensor(value, dtype)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -31,8 +31,8 @@ from ..capture.location import LocationTable
 from ..capture.placeholder import Placeholder
 from .control_flow import PathError, PathWalker
 from .executor import FLUSH_AT, IssuedOp, KeptPlaceholders
-from .graph_runner import GraphRunner, ProgramRun, ProgramRuns, real_argument
-from .lower import Wire, make_segment, run_segment
+from .graph_runner import GraphRunner, ProgramRun, ProgramRuns
+from .lower import Wire, make_segment, real_argument, run_segment
 from .program_constants import Constant, ConstantLearner
 from .program_plan import Channels, Program
 from .program_wiring import fed_index, give_values, index_of, unvalued, variable_key

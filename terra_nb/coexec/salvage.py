@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .lower import Segment, has_side_effect, interpretable, run_segment
+from .lower import Segment, has_side_effect, interpretable, real_argument, run_segment
 
 
 def values_before_failure(segment: Segment, args: list, handles: dict[int, Any],
                           returns: list) -> list[tuple]:
     """(placeholder, value) for each of ``returns`` (the placeholders of ``segment.returns``, in
-    order) that an op before the failing one made; ``args``: the failed run's real arguments."""
+    order) that an op before the failing one made; ``args``: the failed run's arguments."""
     ops = segment.ops
     first_effect = next((p for p, op in enumerate(ops) if has_side_effect(op.op_type)), len(ops))
     prefix = Segment(ops[:first_effect], segment.args, ())
@@ -28,6 +28,7 @@ def values_before_failure(segment: Segment, args: list, handles: dict[int, Any],
         return []
     ran: list[list] = []
     try:
+        args = [real_argument(a, dtype) for a, (dtype, _) in zip(args, segment.args)]
         run_segment(prefix, args, handles, env=ran)
     except Exception:  # the failure Python is told of is the failed run's
         made = [(ph, ran[p][k]) for ph, (p, k) in zip(returns, segment.returns) if p < len(ran)]
