@@ -113,3 +113,16 @@ def side_outputs(obj, result) -> list[str]:
     if any(getattr(t, "_keras_mask", None) is not None for t in leaves):
         found.append("side output: a Keras mask on the result")
     return found
+
+
+def hidden_inputs(obj) -> list[str]:
+    """Python a formed region would not run although its values feed the call: an optimizer's
+    learning rate from a callable, or from a schedule that is not Keras's own (Keras's compute
+    from the step count; other Python may read state no guard sees, a list item or a global).
+    """
+    for optimizer in (obj, getattr(obj, "inner_optimizer", None)):  # LossScaleOptimizer's too
+        rate = getattr(optimizer, "_learning_rate", None)
+        if callable(rate) and not type(rate).__module__.startswith("keras."):
+            return [f"hidden input: a learning rate from {type(rate).__name__} (Python that "
+                    f"runs every step)"]
+    return []

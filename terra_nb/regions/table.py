@@ -23,7 +23,15 @@ from ..capture import hooks
 from ..capture.location import user_line
 from ..capture.placeholder import Placeholder
 from ..trace.tracegraph import RegionCall
-from .effects import EffectProbe, attributes, layers_of, objects_of, side_outputs, writes_to
+from .effects import (
+    EffectProbe,
+    attributes,
+    hidden_inputs,
+    layers_of,
+    objects_of,
+    side_outputs,
+    writes_to,
+)
 from .families import Families, family_key
 from .recording import Recording, RecordingTee
 from .region import DECLINED, Region
@@ -270,7 +278,7 @@ class _TracedCall:
     def finish(self, result) -> None:
         regions, row, key = self.regions, self.row, self.key
         rec = Recording(self.tee, self.tensors, result)
-        effects = self.probe.effects + side_outputs(self.obj, result)
+        effects = self.probe.effects + side_outputs(self.obj, result) + hidden_inputs(self.obj)
         effects += [f"value read ({rec.reads} tensors)"] * bool(rec.reads)
         before = self.before
         if rec.created_vars or regions.state(self.objs, writes=False) != before:

@@ -126,6 +126,34 @@ def test_a_gathered_output_gives_its_region_a_dense_out_grad(mode):
     assert_python_skipped(terra, calls, eager_calls, "Sequential.__call__", 2)
 
 
+RATE = [0.1]
+
+
+def callable_rate_program(loop):
+    """SGD with a learning rate from a callable that reads a list the loop changes: Python no
+    guard sees, which a region of ``apply_gradients`` would bake in."""
+    net = sequential()
+    opt = keras.optimizers.SGD(learning_rate=lambda: RATE[0])
+    lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    RATE[0] = 0.1
+    CALLS.clear()
+    losses = []
+    for i, (x, y) in enumerate(loop(data(12))):
+        if i == 8:
+            RATE[0] = 0.0  # the weights stop changing from here, in eager
+        losses.append(float(step(net, opt, lossf, x, y)))
+    return losses, state_of(net, opt)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_learning_rate_from_a_callable_keeps_apply_gradients_op_by_op(mode):
+    terra, calls, eager_calls = compare(callable_rate_program, OPTIONS[mode])
+    (row,) = rows(terra, "SGD.apply_gradients")
+    assert row.state == "refused" and row.hits == 0
+    assert "hidden input: a learning rate from function" in row.reason
+    assert_python_skipped(terra, calls, eager_calls, "Sequential.__call__", 2)
+
+
 def effect_program(*effects: str, steps: int = 8):
     def program(loop):
         model = effect_model(*effects)
