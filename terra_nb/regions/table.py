@@ -190,11 +190,11 @@ class Regions:
             if result is not DECLINED:
                 row.hits += 1
                 return result
-            # B is not differentiable: a call under two tapes (a GAN's), or one whose F or B
-            # cannot be compiled, runs its Python from now on
+            # B is not differentiable: a call whose gradient may be taken again (two tapes, a
+            # persistent one), or one whose F or B cannot be compiled, runs its Python from now on
             self._refuse_for_good(row, region.broken or (
-                "called while two gradient tapes record (a GAN step, a higher-order gradient): "
-                "the backward function is not differentiable"))
+                "its gradient may be differentiated again (two tapes record, as in a GAN step, "
+                "or a persistent tape): the backward function is not differentiable"))
         self._drop(key)
         return _MISS
 

@@ -338,6 +338,28 @@ def test_nested_tapes_run_the_python(mode):
     assert terra.regions.hits == 0
 
 
+def test_a_persistent_tape_refuses_with_its_own_reason():
+    """A persistent tape may take a gradient of a gradient: the call runs its Python, and the
+    refusal says why (it said "two gradient tapes record" for this one tape)."""
+
+    def program(loop):
+        model = sequential()
+        CALLS.clear()
+        out = []
+        for x, _ in loop(data(10)):
+            with tf.GradientTape(persistent=True) as tape:
+                y = tf.reduce_sum(model(x, training=True) ** 2)
+            grads = tape.gradient(y, model.trainable_variables)
+            out.append(float(tf.add_n([tf.reduce_sum(g) for g in grads])))
+            del tape
+        return out, state_of(model)
+
+    terra, calls, eager_calls = compare(program, COEXEC, at_least=0.3)
+    assert calls == eager_calls and terra.regions.hits == 0  # every call ran its Python
+    reasons = " ".join(r.reason for r in rows(terra, "Sequential.__call__"))
+    assert "a persistent tape" in reasons, str(terra.regions)
+
+
 class FunctionLayer(keras.layers.Layer):
     """A layer whose call runs a user ``tf.function`` (one function-call op)."""
 
