@@ -272,3 +272,16 @@ def test_one_slow_run_of_a_steady_segment_does_not_pay_its_compile_ahead():
     policy.ran(young, seconds=young.estimate / LOOKAHEAD * 2)  # alone, it would pay 2 compiles
     assert not policy.worth_compiling(("k",))
     assert young.rent == pytest.approx((9 * small + young.estimate / LOOKAHEAD * 2) / 10)
+
+
+def test_one_slow_run_does_not_move_a_dispatch_bound_segment_to_the_graph_runner():
+    # whether a segment is graph-bound is judged on its runs' mean time: one slow run on a busy
+    # machine moved a call segment's next runs to the GraphRunner (a flaky test)
+    policy = CompilePolicy()
+    young = policy.young(("k",), lambda: _segment(4))
+    quick = 0.0001
+    for _ in range(9):
+        policy.ran(young, seconds=quick)
+    policy.ran(young, seconds=50 * quick * 4)  # alone, far past GRAPH_BOUND's dispatch
+    assert not young.graph_bound
+    assert young.seconds == pytest.approx((9 * quick + 200 * quick) / 10)
