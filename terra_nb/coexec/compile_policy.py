@@ -60,7 +60,7 @@ class Young:
     graph_bound: bool = False
     rent: float = 0.0  # what its next interpreted run will lose against a compiled one ...
     runs: int = 0  # ... the mean over its runs so far: one slow run, 20 times, would compile it
-    seconds: float = 0.0  # the mean time of its runs (graph_bound: one slow run would flip it)
+    seconds: float = 0.0  # the mean time of its runs: graph-bound needs it and the last one
     first: int = -1  # the iteration it was first submitted in
     last: int = -1  # ... and last
     iterations: int = 0  # how many iterations submitted it
@@ -130,7 +130,10 @@ class CompilePolicy:
         young.spent += rent
         young.runs += 1
         young.seconds += (seconds - young.seconds) / young.runs
-        young.graph_bound = young.seconds > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops)
+        # one slow run among quick ones is no graph compute (a busy machine), nor are slow
+        # first runs (functions instantiated) once a quick one comes
+        quick = min(seconds, young.seconds)
+        young.graph_bound = quick > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops)
         next_rent = seconds - calls if young.graph_bound else rent
         young.rent += (next_rent - young.rent) / young.runs
 

@@ -285,3 +285,8 @@ def test_one_slow_run_does_not_move_a_dispatch_bound_segment_to_the_graph_runner
     policy.ran(young, seconds=50 * quick * 4)  # alone, far past GRAPH_BOUND's dispatch
     assert not young.graph_bound
     assert young.seconds == pytest.approx((9 * quick + 200 * quick) / 10)
+    slow_first = policy.young(("first",), lambda: _segment(4))
+    policy.ran(slow_first, seconds=200 * quick)  # its calls instantiated: graph-bound for now
+    assert slow_first.graph_bound
+    policy.ran(slow_first, seconds=quick)  # quick from then on: dispatch-bound at once
+    assert not slow_first.graph_bound
