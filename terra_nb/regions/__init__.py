@@ -3,11 +3,13 @@ model ``__call__``, a loss ``__call__``, an optimizer ``apply_gradients``, a met
 ``update_state``) answered, in steady
 state, by one compiled forward function made from the ops recorded when the call ran eagerly,
 and on the gradient tape by one op whose backward is one compiled function; the object's Python
-does not run. Guarded by the object, the argument specs, ``training``, the trainable flags of its
-layers and the variables created; refused when a traced run shows a Python-visible effect.
+does not run. Guarded by the object, the argument specs, ``training``, the Python state
+reachable from the object (attributes, what they hold, globals its code names) and the variables
+created; refused when a traced run shows a Python-visible effect.
 
     recording   the tee sink of one call; Recording: its ops as wired SegmentOps
-    effects     EffectProbe: stdout/stderr writes, changed attributes, random state, side outputs
+    python_state  PythonState: the Python a region's call may read, compared on every hit
+    effects     EffectProbe: stdout/stderr writes, changed state, random state, side outputs
     backward    B: TensorFlow's gradient functions over the recorded ops, in eager tape order
     region      Region: F, B, a hit; FastCall: a concrete function as one eager op
     families    shape families: calls differing only in argument shapes share one F

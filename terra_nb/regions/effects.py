@@ -1,7 +1,8 @@
 """Python-visible effects of one traced call: what would be lost if its Python did not run.
 
-``EffectProbe`` watches writes to stdout/stderr, the attributes of the object and of its
-sublayers, and Python's and numpy's random state. Value reads and variable creation come from
+``EffectProbe`` watches writes to stdout/stderr, the Python state reachable from the object and
+its sublayers (``python_state``: attributes, items of what they hold, globals their code names),
+and Python's and numpy's random state. Value reads and variable creation come from
 the recording (``Recording.reads``, ``Recording.created_vars``); Keras side outputs (layer
 losses such as activity regularisers, masks) from ``side_outputs``.
 """
@@ -12,6 +13,8 @@ import random
 import sys
 
 import numpy as np
+
+from .python_state import PythonState, TooLarge
 
 
 class _CountingStream:
@@ -26,49 +29,10 @@ class _CountingStream:
         return getattr(self.stream, name)
 
 
-def _fingerprint(value):
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        return value
-    if isinstance(value, (list, dict, set)):
-        return id(value), len(value)
-    return id(value)
-
-
-def attributes(objs: list) -> list[dict]:
-    """A fingerprint of the attributes of each of ``objs``: Python values by value, other
-    objects by identity (and lists, dicts, sets by length too)."""
-    return [{k: _fingerprint(v) for k, v in vars(o).items()} for o in objs]
-
-
-_writes: dict[int, int] = {}  # id(object) -> attribute assignments seen (``count_write``)
-
-
-def count_write(obj) -> None:
-    """An attribute of ``obj`` was assigned (the ``__setattr__`` wrappers of ``intercept``)."""
-    key = id(obj)
-    _writes[key] = _writes.get(key, 0) + 1
-
-
-def forget_writes() -> None:
-    """When no Terra with regions is open: no guard reads the counts any more."""
-    _writes.clear()
-
-
-def writes_to(objs: list) -> tuple:
-    """How many attribute assignments each of ``objs`` has seen: part of a region's guard (the
-    user set ``layer.rate`` or ``loss.reduction``: the call may compute something else)."""
-    return tuple([_writes.get(id(o), 0) for o in objs])
-
-
 def objects_of(obj) -> list:
     """The object and its sublayers (a Keras layer or model), or the object alone."""
     layers = list(obj._flatten_layers()) if hasattr(obj, "_flatten_layers") else []
     return layers + ([obj] if obj not in layers else [])
-
-
-def layers_of(objs: list) -> list:
-    """Those of ``objs`` with a trainable flag (part of a region's guard)."""
-    return [o for o in objs if hasattr(o, "trainable")]
 
 
 class EffectProbe:
@@ -79,11 +43,16 @@ class EffectProbe:
         self.objs = objs
         self.effects: list[str] = []
 
-    def _state(self) -> tuple:
-        return (attributes(self.objs), random.getstate(), np.random.get_state()[1].tobytes())
+    @staticmethod
+    def _random() -> tuple:
+        return random.getstate(), np.random.get_state()[1].tobytes()
 
     def __enter__(self) -> EffectProbe:
-        self.before = self._state()
+        try:
+            self.state = PythonState(self.objs)
+        except TooLarge as why:
+            self.state, self.too_large = None, str(why)
+        self.random = self._random()
         self.out, self.err = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = _CountingStream(self.out), _CountingStream(self.err)
         return self
@@ -91,13 +60,13 @@ class EffectProbe:
     def __exit__(self, *exc) -> None:
         writes = sys.stdout.writes + sys.stderr.writes
         sys.stdout, sys.stderr = self.out, self.err
-        (attrs0, *rnd0), (attrs1, *rnd1) = self.before, self._state()
         self.effects = [f"stdout/stderr write ({writes})"] if writes else []
-        for o, b, a in zip(self.objs, attrs0, attrs1):
-            changed = sorted(k for k in set(a) | set(b) if a.get(k, "?") != b.get(k, "?"))
-            if changed:
-                self.effects.append(f"attribute changed: {type(o).__name__}.{','.join(changed)}")
-        if rnd0 != rnd1:
+        if self.state is None:
+            self.effects.append(f"too much state to guard: {self.too_large}")
+        elif changed := self.state.changed():
+            self.effects.append(f"attribute changed: {', '.join(changed[:4])}"
+                                + (f" and {len(changed) - 4} more" if len(changed) > 4 else ""))
+        if self.random != self._random():
             self.effects.append("python/numpy random used")
 
 

@@ -22,7 +22,7 @@ import tensorflow as tf
 from tensorflow.python.eager import context, record
 
 from ..timeline import RunnerSpan
-from .effects import count_write, forget_writes
+from .python_state import WRITES_COUNTED, count_write, forget_writes
 from .table import Regions
 
 
@@ -45,11 +45,6 @@ def _targets() -> list[tuple[type, str]]:
 _TAPE_METHODS = {"_push_tape": "push", "_pop_tape": "pop", "gradient": "gradient",
                  "watch": "watched", "reset": "watched"}  # GradientTape method -> Tapes method
 _RECORDERS = ("record_operation", "record_operation_backprop_only")  # of eager.record
-
-
-def _written() -> list[type]:
-    """Classes whose attribute assignments are counted (``effects.count_write``)."""
-    return [keras.Layer, keras.losses.Loss, keras.optimizers.Optimizer, keras.metrics.Metric]
 
 
 _MISSING = object()
@@ -137,7 +132,7 @@ def _install() -> None:
                 _patch(tf.GradientTape, method, _wrap_tape(getattr(tf.GradientTape, method), to))
             for name in _RECORDERS:
                 _patch(record, name, _wrap_recorder(getattr(record, name)))
-            for cls in _written():
+            for cls in WRITES_COUNTED:
                 _patch(cls, "__setattr__", _counting(cls.__setattr__))
 
 

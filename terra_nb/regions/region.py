@@ -25,7 +25,7 @@ from ..coexec.lower import FunctionCall, Segment, Wire, compile_segment
 from ..trace.tracegraph import RegionCall
 from .backward import build_backward, trainable_dtype
 from .branches import guard_segment
-from .effects import attributes
+from .python_state import PythonState
 from .recording import Recording, packer
 
 DECLINED = object()  # Region.run: the call must run its Python (higher order, no compile)
@@ -156,9 +156,10 @@ class Region:
 
     def watch(self, objs: list) -> None:
         """Keep weakly the objects whose state guards the region (the object and its
-        sublayers), and their attributes now (``Regions.carry_over`` compares them later)."""
+        sublayers), and a snapshot of the Python state reachable from them (``python_state``:
+        raises ``TooLarge``), which every hit compares."""
         self._objs = [weakref.ref(o) for o in objs]
-        self.attributes = attributes(objs)
+        self.python = PythonState(objs, count_writes=True)
 
     def objects(self) -> list | None:
         """The objects guarding the region; None when one of them is gone."""

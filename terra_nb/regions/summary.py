@@ -24,6 +24,7 @@ class RegionRow:
     misses: int = 0
     refusals: int = 0  # traced calls in a row that showed an effect
     any_shape: bool = False  # answered by its shape family's function for any shape
+    last_miss: str = ""  # why the last guard miss happened (kept once formed again)
 
     def refuse(self, reason: str) -> None:
         self.state, self.reason = "refused", reason
@@ -38,11 +39,11 @@ class RegionRow:
 
     def miss(self, reason: str) -> None:
         self.misses += 1
-        self.state, self.reason = "tracing", reason
+        self.state, self.reason, self.last_miss = "tracing", reason, reason
 
     def frozen(self) -> RegionInfo:
         return RegionInfo(self.name, self.source, self.state, self.reason, self.ops, self.hits,
-                          self.misses, self.any_shape)
+                          self.misses, self.any_shape, self.last_miss)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +56,14 @@ class RegionInfo:
     hits: int
     misses: int
     any_shape: bool = False  # its compiled function serves every shape of its arguments
+    last_miss: str = ""  # why its last guard miss happened
 
     def __str__(self) -> str:
         why = f" ({self.reason})" if self.reason and self.state != "formed" else ""
-        why = " (any shape)" if self.any_shape and self.state == "formed" else why
+        if self.state == "formed":
+            notes = ["any shape"] * self.any_shape + [f"last miss: {self.last_miss}"] * bool(
+                self.last_miss)
+            why = f" ({'; '.join(notes)})" if notes else ""
         return (f"{self.name:<34} {self.ops:>5} {self.hits:>6} {self.misses:>6}  "
                 f"{self.state}{why}  at {self.source}")
 

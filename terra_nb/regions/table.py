@@ -2,10 +2,11 @@
 
 A call is keyed by its guard (object identity, method, argument specs: tensors by dtype and
 shape, Python scalars by value, other objects by identity, keyword names). The state part of the
-guard (the trainable flags of the object's layers, and the count of variables created in the
-loop's thread) is checked on every hit. A call forms a region after two traced runs with the same
-recording (ops, attrs, constants, handles) and no Python-visible effect; a call whose traced runs
-show an effect ``REFUSE_AFTER`` times in a row is refused: it runs op by op from then on.
+guard (the count of variables created in the loop's thread, and the Python state reachable from
+the object: ``python_state``) is checked on every hit. A call forms a region after two traced
+runs with the same recording (ops, attrs, constants, handles) and no Python-visible effect; a
+call whose traced runs show an effect ``REFUSE_AFTER`` times in a row is refused: it runs op by
+op from then on.
 """
 
 from __future__ import annotations
@@ -23,16 +24,9 @@ from ..capture import hooks
 from ..capture.location import user_line
 from ..capture.placeholder import Placeholder
 from ..trace.tracegraph import RegionCall
-from .effects import (
-    EffectProbe,
-    attributes,
-    hidden_inputs,
-    layers_of,
-    objects_of,
-    side_outputs,
-    writes_to,
-)
+from .effects import EffectProbe, hidden_inputs, objects_of, side_outputs
 from .families import Families, family_key
+from .python_state import TooLarge
 from .recording import Recording, RecordingTee
 from .region import DECLINED, Region
 from .summary import RegionRow, RegionSummary
@@ -103,17 +97,6 @@ class Regions:
         self.tapes = Tapes(self)  # GradientTape.gradient answered by one function
         self.marks: list[tuple[str, float, float]] = []  # this iteration's hits: call, start, end
 
-    def state(self, objs: list, writes: bool = True) -> tuple:
-        """Of ``objs`` (an object and its sublayers): the layers' trainable flags; the variable
-        count; the attribute assignments to each (``writes``)."""
-        return (tuple([la.trainable for la in layers_of(objs)]), self.epoch,
-                writes_to(objs) if writes else ())
-
-    def _guard_state(self, region: Region) -> tuple | None:
-        """``state`` of the objects guarding ``region``; None when one of them is gone."""
-        objs = region.objects()
-        return None if objs is None else self.state(objs)
-
     def summary(self) -> RegionSummary:
         return RegionSummary(tuple(r.frozen() for r in self.rows.values()))
 
@@ -128,17 +111,16 @@ class Regions:
 
     def carry_over(self) -> None:
         """At the start of a new Terra's loop (a re-run cell): keep the regions whose objects
-        are alive and whose attributes are as when they formed (assignments made while no Terra
-        was open were not counted), and start their guards' counts afresh."""
+        are alive and whose Python state is as when they formed, and start their variable
+        counts afresh."""
         self.pending.clear()
         self.tapes.pending.clear()
         for key, region in list(self.table.items()):
-            objs = region.objects()
-            if objs is None or attributes(objs) != region.attributes:
+            if region.objects() is None or not region.python.carried_over():
                 self.rows[key].miss("the object was dropped or changed between runs")
                 self._drop(key)
             else:
-                region.state = self.state(objs)
+                region.epoch = self.epoch
         self.families.forget({id(region.obj) for region in self.table.values()})
 
     def _drop(self, key: tuple) -> None:
@@ -177,12 +159,14 @@ class Regions:
         """The region's answer to the call, or ``_MISS`` (its Python must run)."""
         region = self.table.get(key)
         if region is None:
-            if self.formed_for.get((id(obj), key[1])):
+            if key not in self.rows and self.formed_for.get((id(obj), key[1])):
                 self._row(key, obj, key[1]).misses += 1  # new specs for an object with regions
             return _MISS
         row = self.rows[key]
-        if region.obj is not obj or region.state != self._guard_state(region):
-            row.miss("a variable was created, an attribute set or a trainable flag changed")
+        if region.obj is not obj or region.epoch != self.epoch or region.objects() is None:
+            row.miss("a variable was created")
+        elif not region.python.holds():
+            row.miss("Python state changed: " + ", ".join(region.python.changed()[:4]))
         elif not region.branches_hold(tensors):
             row.miss("a branch decided in Python went the other way")
         else:
@@ -244,9 +228,13 @@ class Regions:
         if not region.guarded_branches:
             row.refuse("value read: a branch decided after the call changed a variable")
             return
+        try:
+            region.watch(objs)
+        except TooLarge as why:
+            self._refuse_for_good(row, f"too much Python state to guard: {why}")
+            return
         row.any_shape = self.families.join(family_key(obj, key[1], rec), region)
-        region.watch(objs)
-        region.state = self.state(objs)
+        region.epoch = self.epoch
         self.table[key] = region
         ident = (id(obj), key[1])
         self.formed_for[ident] = self.formed_for.get(ident, 0) + 1
@@ -264,7 +252,7 @@ class _TracedCall:
         self.regions, self.key, self.row, self.obj = regions, key, row, obj
         self.tensors, self.args = tensors, args
         self.objs = objects_of(obj)
-        self.before = regions.state(self.objs, writes=False)
+        self.epoch = regions.epoch
         self.tee = RecordingTee(hooks.current_sink())
         self._hold = contextlib.ExitStack()
 
@@ -280,10 +268,8 @@ class _TracedCall:
         rec = Recording(self.tee, self.tensors, result)
         effects = self.probe.effects + side_outputs(self.obj, result) + hidden_inputs(self.obj)
         effects += [f"value read ({rec.reads} tensors)"] * bool(rec.reads)
-        before = self.before
-        if rec.created_vars or regions.state(self.objs, writes=False) != before:
-            effects.append("variable created" if regions.epoch != before[1] or rec.created_vars
-                           else "trainable flag changed")
+        if rec.created_vars or regions.epoch != self.epoch:
+            effects.append("variable created")
         prev = regions.pending.pop(key, None)
         if effects:
             row.refuse("; ".join(effects))

@@ -2,7 +2,8 @@
 ``Terra(regions=True)``, compared bit for bit.
 
 ``CALLS`` counts the Python calls of ``CountingDense.call`` (and of effect layers) from OUTSIDE
-the objects, so a test can assert the object's Python did not run on region hits.
+the objects (in ``call_counts``, a module no guard walks), so a test can assert the object's
+Python did not run on region hits.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import collections
 import contextlib
 import io
 
+import call_counts
 import keras
 import numpy as np
 import tensorflow as tf
@@ -18,7 +20,7 @@ from watchdog import in_thread
 
 from terra_nb import Terra
 
-CALLS: collections.Counter = collections.Counter()
+CALLS = call_counts.CALLS
 EAGER = {"mode": "eager", "regions": True}
 COEXEC = {"regions": True}  # the default mode: coexec
 OPTIONS = {"eager": EAGER, "coexec": COEXEC}
@@ -26,7 +28,7 @@ OPTIONS = {"eager": EAGER, "coexec": COEXEC}
 
 class CountingDense(keras.layers.Dense):
     def call(self, inputs, training=None):
-        CALLS["Dense.call"] += 1
+        call_counts.CALLS["Dense.call"] += 1
         return super().call(inputs, training=training)
 
 
@@ -39,7 +41,7 @@ class EffectLayer(keras.layers.Layer):
         self.scale = tf.constant([2.0])  # a tensor made before any call
 
     def call(self, x):
-        CALLS[f"EffectLayer.{self.effect}"] += 1
+        call_counts.CALLS[f"EffectLayer.{self.effect}"] += 1
         if self.effect == "print":
             print("EffectLayer.call")
         elif self.effect == "counter":

@@ -1,0 +1,280 @@
+"""The Python state a region's call may read, and whether it changed since the region formed.
+
+A formed region does not run its call's Python, so every Python value that Python would read (a
+layer's attribute, an item of a dict or list it holds, a module global its ``call`` names, a
+closure cell, a small numpy array) is baked into the region as it was when the call was traced.
+``PythonState`` walks what is reachable from the call's objects once, when the region forms, and
+keeps where each value lives (each object's attributes, each dict and list, each closure and
+global); on every hit it reads those places again and compares: a value that is not the same
+object (nor an equal scalar) is a guard miss, and the call runs its Python again.
+
+The attributes of Keras layers, losses, optimizers and metrics are not read again: their
+``__setattr__`` counts assignments while regions are on (``count_write``, wrapped by
+``intercept``), and the guard compares the counts, which costs nothing per attribute (a model
+holds hundreds). It also keeps the snapshot from holding the layers' own attribute dicts, whose
+bound methods would keep a dropped model alive.
+
+Walked: instance ``__dict__``s, dicts, lists, tuples, sets, functions (closure cells, defaults,
+the module globals their code names), bound methods, partials, and the classes the user wrote
+(their class attributes and methods). Kept by identity, not walked: tensors and variables (their
+values are the graph's), modules, classes of Keras and TensorFlow, their functions, and Keras's
+graph plumbing (node links, checkpoint tracking), which holds the layers the roots list anyway.
+"""
+
+from __future__ import annotations
+
+import dis
+import itertools
+import operator
+import types
+import weakref
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+_ATOMS = (type(None), bool, int, float, complex, str, bytes)
+_OPAQUE = (tf.Tensor, tf.Variable, keras.Variable, types.ModuleType, types.BuiltinFunctionType,
+           types.CodeType)
+_LIBRARIES = ("keras", "tensorflow", "numpy", "builtins", "tf_keras", "terra_nb")
+_RUNTIMES = ("tensorflow", "terra_nb")  # their objects are not walked: runtime, not settings
+# Keras's layer graph and checkpoint tracking: links to layers the roots list, never read by a
+# call's arithmetic
+_PLUMBING = frozenset({
+    "_inbound_nodes", "_outbound_nodes", "_keras_history", "_tracker", "_functional",
+    "_self_saveable_object_factories", "_self_unconditional_checkpoint_dependencies",
+    "_self_unconditional_dependency_names", "_self_unconditional_deferred_dependencies",
+    "_self_name_based_restores"})
+SMALL_ARRAY = 4096  # numpy arrays up to this many elements are compared by content
+MAX_VALUES = 200_000  # beyond, the state is too large to compare on every hit
+_EMPTY = object()  # an empty closure cell
+
+
+# Keras classes whose attribute assignments are counted (``count_write``, by ``intercept``'s
+# ``__setattr__`` wrappers)
+WRITES_COUNTED = (keras.Layer, keras.losses.Loss, keras.optimizers.Optimizer, keras.metrics.Metric)
+_writes: dict[int, int] = {}  # id(object) -> attribute assignments seen (``count_write``)
+
+
+def count_write(obj) -> None:
+    """An attribute of ``obj`` was assigned (the ``__setattr__`` wrappers of ``intercept``)."""
+    key = id(obj)
+    _writes[key] = _writes.get(key, 0) + 1
+
+
+def forget_writes() -> None:
+    """When no Terra with regions is open: no guard reads the counts any more."""
+    _writes.clear()
+
+
+def _writes_to(ids: list[int]) -> list[int]:
+    return [_writes.get(i, 0) for i in ids]
+
+
+class TooLarge(Exception):
+    """More Python state than a hit can afford to compare."""
+
+
+def _library(obj) -> bool:
+    module = getattr(obj, "__module__", None) or ""
+    return module.split(".", 1)[0] in _LIBRARIES
+
+
+def _runtime(obj) -> bool:
+    return (type(obj).__module__ or "").split(".", 1)[0] in _RUNTIMES
+
+
+def _cell(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return _EMPTY
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    """The global names a function's code (and the code of functions defined in it) reads."""
+    names = {i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+class _Walk:
+    """One walk from the roots. ``sources``: a function per place that gives its values now (an
+    object's attributes, a dict's or list's items, a function's closure, defaults and globals);
+    ``names``: (path, labels) of each, labels one per value, or "." / "[]" / None for an
+    object's attributes / a dict's items / a list's; ``counted``: the ids of objects whose
+    attribute assignments are counted instead; ``arrays``: small numpy arrays and their bytes."""
+
+    def __init__(self, count_writes: bool) -> None:
+        self.counting = WRITES_COUNTED if count_writes else ()
+        self.seen: set[int] = set()
+        self.sources: list = []
+        self.names: list[tuple[str, object]] = []
+        self.counted: list = []
+        self.arrays: list = []
+        self.stack: list[tuple[object, str]] = []
+
+    def push(self, values, path: str) -> None:
+        for i, v in enumerate(values):
+            if type(v) not in _ATOMS:
+                self.stack.append((v, f"{path}[{i}]"))
+
+    def push_items(self, d, path: str, dotted: bool = False) -> None:
+        for k, v in list(d.items()):
+            if type(v) not in _ATOMS and not (dotted and k in _PLUMBING):
+                self.stack.append((v, f"{path}.{k}" if dotted else f"{path}[{k!r}]"))
+
+    def source(self, source, path: str, names=None) -> None:
+        self.sources.append(source)
+        self.names.append((path, names))
+
+    def run(self, roots: list) -> None:
+        """Walk from ``roots``; each root is named by its class (``Dense.rate``), what it holds
+        by the path from there."""
+        for root in roots:
+            self.step(root, type(root).__name__)
+        while self.stack:
+            self.step(*self.stack.pop())
+
+    def step(self, obj, path: str) -> None:
+        if id(obj) not in self.seen and not isinstance(obj, _OPAQUE) and not _runtime(obj):
+            self.seen.add(id(obj))
+            self.visit(obj, path)
+
+    def visit(self, obj, path: str) -> None:
+        if isinstance(obj, dict):
+            self.source(obj.values, path, "[]")
+            self.push_items(obj, path)
+        elif isinstance(obj, list | set):
+            self.source(obj.__iter__, path)
+            self.push(obj, path)
+        elif isinstance(obj, tuple | frozenset):
+            self.push(obj, path)
+        elif isinstance(obj, np.ndarray):
+            if obj.size <= SMALL_ARRAY:
+                self.arrays.append((obj, obj.tobytes()))
+        elif isinstance(obj, types.FunctionType):
+            self.function(obj, path)
+        elif isinstance(obj, types.MethodType):
+            self.stack += [(obj.__self__, path), (obj.__func__, path)]
+        elif hasattr(obj, "__dict__") and not (isinstance(obj, type) and _library(obj)):
+            if isinstance(obj, self.counting):
+                self.counted.append(obj)
+            else:
+                self.source(vars(obj).values, path, ".")
+            self.push_items(vars(obj), path, dotted=True)
+            if not isinstance(obj, type) and not _library(type(obj)):
+                self.stack += [(c, c.__name__) for c in type(obj).__mro__ if not _library(c)]
+
+    def function(self, fn: types.FunctionType, path: str) -> None:
+        """A function the user wrote: its closure cells, code and defaults, and the module
+        globals its code reads."""
+        if _library(fn):
+            return
+        self.source(lambda: [_cell(c) for c in fn.__closure__ or ()], path,
+                    [f"closure {n}" for n in fn.__code__.co_freevars])
+        self.source(lambda: (fn.__code__, fn.__defaults__, fn.__kwdefaults__), path,
+                    ["__code__", "__defaults__", "__kwdefaults__"])
+        g = fn.__globals__
+        names = sorted(n for n in _code_names(fn.__code__) if n in g)
+        if names:
+            self.source(lambda: [g.get(n, _EMPTY) for n in names], path,
+                        [f"global {n}" for n in names])
+        self.push([_cell(c) for c in fn.__closure__ or ()] + list(fn.__defaults__ or ()), path)
+        self.stack += [(g[n], f"{path} global {n}") for n in names if type(g[n]) not in _ATOMS]
+
+
+class PythonState:
+    """A snapshot of the Python state reachable from ``roots``; ``holds()`` on every hit.
+    ``count_writes``: the attributes of Keras objects are guarded by their assignment counts
+    (a region's guard, while the ``__setattr__`` wrappers count) rather than read."""
+
+    def __init__(self, roots: list, count_writes: bool = False) -> None:
+        walk = _Walk(count_writes)
+        walk.run(roots)
+        self._sources, self._names, self._arrays = walk.sources, walk.names, walk.arrays
+        self._counted = [id(o) for o in walk.counted]
+        self._writes = _writes_to(self._counted)
+        # for a later Terra (no count while none was open): the counted objects' attributes
+        self._objects = [weakref.ref(o) for o in walk.counted]
+        self._attributes = _attributes(walk.counted)
+        self._take(self._now())
+        if len(self._values) > MAX_VALUES:
+            raise TooLarge(f"{len(self._values)} Python values reachable from the call")
+
+    def _take(self, values: list) -> None:
+        self._values = values
+        self._lengths = [len(list(f())) for f in self._sources]
+
+    def _now(self) -> list:
+        return list(itertools.chain.from_iterable(f() for f in self._sources))
+
+    def holds(self) -> bool:
+        """Whether every value is the same object as at the snapshot, or an equal scalar (a
+        float assigned again each step: the snapshot then takes it), and no attribute of a
+        Keras object was assigned."""
+        now = self._now()
+        if len(now) != len(self._values) or _writes_to(self._counted) != self._writes:
+            return False
+        if not all(map(operator.is_, now, self._values)):
+            if not all(map(_same, now, self._values)):
+                return False
+            self._values = now
+        return all(a.tobytes() == b for a, b in self._arrays)
+
+    def carried_over(self) -> bool:
+        """At the start of a later Terra: whether the state holds, the Keras objects' attributes
+        compared by a fingerprint (assignments made while no Terra was open were not counted);
+        their counts start afresh."""
+        objs = [r() for r in self._objects]
+        if any(o is None for o in objs) or _attributes(objs) != self._attributes:
+            return False
+        self._writes = _writes_to(self._counted)
+        return self.holds()
+
+    def changed(self) -> list[str]:
+        """Where the state differs from the snapshot (for a miss's or refusal's reason)."""
+        out, start = [], 0
+        for (path, names), n, source in zip(self._names, self._lengths, self._sources):
+            values = list(source())
+            then, start = self._values[start:start + n], start + n
+            if len(values) != n:
+                out.append(f"{path} (items added or removed)")
+                continue
+            keys = list(getattr(source(), "mapping", ())) if names in (".", "[]") else names
+            out += [_label(path, names, keys, i) for i, (v, w) in enumerate(zip(values, then))
+                    if not _same(v, w)]
+        out += [f"a numpy array of shape {a.shape}" for a, b in self._arrays if a.tobytes() != b]
+        if _writes_to(self._counted) != self._writes:
+            out.append("an attribute of a Keras object assigned")
+        return out
+
+
+def _fingerprint(value):
+    if type(value) in _ATOMS:
+        return value
+    if isinstance(value, list | dict | set):
+        return id(value), len(value)
+    return id(value)
+
+
+def _attributes(objs: list) -> list[dict]:
+    """A fingerprint of each object's attributes: scalars by value, other objects by identity
+    (and lists, dicts, sets by length too)."""
+    return [{k: _fingerprint(v) for k, v in vars(o).items()} for o in objs]
+
+
+def _same(a, b) -> bool:
+    return a is b or (type(a) is type(b) and type(a) in _ATOMS and a == b)
+
+
+def _label(path: str, names, keys, i: int) -> str:
+    """Of the ``i``-th value of a source: ``Dense.rate``, ``Dense.cfg['k']``, ``Dense.lst[0]``,
+    ``Scale.call global X``."""
+    if names == ".":
+        return f"{path}.{keys[i]}"
+    if names == "[]":
+        return f"{path}[{keys[i]!r}]"
+    return f"{path}[{i}]" if names is None else f"{path} {names[i]}"

@@ -1,0 +1,179 @@
+"""A region's guard sees the Python state its call reads: an item of a dict or list the layer
+holds, an attribute of a plain object it holds, a module global, a closure cell, a class
+attribute, a small numpy array, a Keras loss's keyword arguments. Each is changed in the middle
+of a training loop; the values stay eager's, and the region misses once (naming what changed)
+and forms again (``terra_nb.regions.python_state``)."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from region_programs import OPTIONS, compare, data, formed, rows, state_of
+
+MODES = list(OPTIONS)
+SCALE = 2.0  # a module global HiddenState.call reads
+CHANGE_AT = 6
+
+
+class Settings:
+    """A plain object a layer holds."""
+
+    def __init__(self) -> None:
+        self.scale = 2.0
+
+
+def closure_scale():
+    """A scale kept in a closure cell: (read it, set it)."""
+    scale = 2.0
+
+    def get() -> float:
+        return scale
+
+    def put(value: float) -> None:
+        nonlocal scale
+        scale = value
+
+    return get, put
+
+
+class HiddenState(keras.layers.Layer):
+    """A layer whose call reads Python state that no argument carries."""
+
+    offset = 0.0  # a class attribute
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cfg = {"scale": 2.0}
+        self.factors = [2.0]
+        self.settings = Settings()
+        self.get_scale, self.put_scale = closure_scale()
+        self.mask = np.ones(4, np.float32)
+
+    def call(self, x):
+        scale = self.cfg["scale"] * self.factors[0] * self.settings.scale * SCALE
+        return (x * scale * self.get_scale() + HiddenState.offset) * self.mask
+
+
+def _set_global(value: float) -> None:
+    global SCALE
+    SCALE = value
+
+
+CHANGES = {  # what changes at step CHANGE_AT, and what the miss names
+    "dict item": (lambda layer: layer.cfg.__setitem__("scale", 3.0), "HiddenState.cfg['scale']"),
+    "list item": (lambda layer: layer.factors.__setitem__(0, 3.0), "HiddenState.factors[0]"),
+    "plain object": (lambda layer: setattr(layer.settings, "scale", 3.0),
+                     "HiddenState.settings.scale"),
+    "module global": (lambda layer: _set_global(3.0), "global SCALE"),
+    "closure cell": (lambda layer: layer.put_scale(3.0), "closure scale"),
+    "class attribute": (lambda layer: setattr(HiddenState, "offset", 1.0), "HiddenState.offset"),
+    "numpy array": (lambda layer: layer.mask.__setitem__(0, 0.5), "numpy array of shape (4,)"),
+}
+
+
+def hidden_state_program(change: str, steps: int = 14):
+    def program(loop):
+        _set_global(2.0)
+        HiddenState.offset = 0.0
+        layer = HiddenState()
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), layer,
+                                  keras.layers.Dense(4)])
+        opt = keras.optimizers.Adam(0.01)
+        lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        losses = []
+        try:
+            for i, (x, y) in enumerate(loop(data(steps))):
+                if i == CHANGE_AT:
+                    CHANGES[change][0](layer)
+                with tf.GradientTape() as tape:
+                    loss = lossf(y, model(x, training=True))
+                grads = tape.gradient(loss, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+                losses.append(float(loss))
+        finally:
+            _set_global(2.0)
+            HiddenState.offset = 0.0
+        return losses, state_of(model, opt)
+
+    return program
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_hidden_python_state_changed_mid_loop_misses_and_forms_again(change, mode):
+    terra, _, _ = compare(hidden_state_program(change), OPTIONS[mode])
+    row = formed(terra, "Sequential.__call__")
+    assert row.misses == 1 and CHANGES[change][1] in row.last_miss, str(terra.regions)
+    assert row.hits >= 5, str(terra.regions)  # before the change and after it formed again
+
+
+def huber_program(loop):
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+    opt = keras.optimizers.SGD(0.05)
+    lossf = keras.losses.Huber(delta=1.0)
+    losses = []
+    for i, (x, y) in enumerate(loop(data(14))):
+        if i == CHANGE_AT:
+            lossf._fn_kwargs["delta"] = 0.25  # Keras's own dict of the loss function's kwargs
+        with tf.GradientTape() as tape:
+            loss = lossf(tf.cast(y, tf.float32)[:, None] * 3.0, model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        losses.append(float(loss))
+    return losses, state_of(model, opt)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_loss_keyword_changed_in_its_dict_misses(mode):
+    terra, _, _ = compare(huber_program, OPTIONS[mode])
+    row = formed(terra, "Huber.__call__")
+    assert row.misses == 1 and "Huber._fn_kwargs['delta']" in row.last_miss, str(terra.regions)
+    assert row.hits >= 5
+
+
+def equal_float_program(loop):
+    layer = HiddenState()
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), layer])
+    out = []
+    for x, _ in loop(data(12)):
+        layer.cfg["scale"] = float("2.0")  # a new float object, equal to the old one
+        out.append(float(tf.reduce_sum(model(x))))
+    return out, state_of(model)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_equal_float_assigned_every_step_does_not_miss(mode):
+    terra, _, _ = compare(equal_float_program, OPTIONS[mode])
+    row = formed(terra, "Sequential.__call__")
+    assert row.misses == 0 and row.hits >= 8, str(terra.regions)
+
+
+class CountsInADict(keras.layers.Layer):
+    """A layer that counts its calls in a dict item: an effect a region would lose."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stats = {"calls": 0}
+
+    def call(self, x):
+        self.stats["calls"] += 1
+        return x * 2.0
+
+
+def counting_program(loop):
+    layer = CountsInADict()
+    model = keras.Sequential([keras.Input((8,)), layer])
+    out = []
+    for x, _ in loop(data(10)):
+        out.append(float(tf.reduce_sum(model(x))))
+    return out + [layer.stats["calls"]], state_of(model)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_call_that_changes_a_dict_item_in_place_is_refused(mode):
+    terra, _, _ = compare(counting_program, OPTIONS[mode])
+    (row,) = rows(terra, "Sequential.__call__")
+    assert row.state == "refused" and row.hits == 0
+    assert "CountsInADict.stats['calls']" in row.reason, str(terra.regions)
