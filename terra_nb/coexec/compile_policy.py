@@ -28,8 +28,11 @@ run: a loop drawing one of a few lengths at random meets each length twice in a 
 
 Until it is compiled, a segment that is mostly graph compute (its interpreted run takes far longer
 than dispatching its ops) runs interpreted on the GraphRunner thread, so Python goes on meanwhile;
-one that is mostly dispatch runs in the Python thread, once the graph has caught up, where it costs
-what eager costs without the two threads contending for the GIL.
+so does one whose every op calls a function (user ``tf.function``s, region calls), which
+TensorFlow's runtime runs without the GIL. One that is mostly dispatch runs in the Python thread,
+once the graph has caught up, where it costs what eager costs without the two threads contending
+for the GIL: also one of calls and a few small ops (mlp-small's: moved to the GraphRunner, each
+small op's dispatch contended with Python's for the GIL, and its iterations took 1.5x as long).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class Young:
 
     segment: Segment
     estimate: float
+    calls_only: bool = False  # every op calls a function: TensorFlow runs it without the GIL
     spent: float = 0.0
     graph_bound: bool = False
     rent: float = 0.0  # what its next interpreted run will lose against a compiled one ...
@@ -65,6 +69,10 @@ class Young:
     last: int = -1  # ... and last
     iterations: int = 0  # how many iterations submitted it
     steady: bool = False  # submitted in nearly every iteration since its first: see above
+
+
+def _calls_only(segment: Segment) -> bool:
+    return bool(segment.ops) and all(op_info(op.op_type).function for op in segment.ops)
 
 
 def compile_estimate(segment: Segment) -> float:
@@ -94,7 +102,8 @@ class CompilePolicy:
             if len(self._young) >= self.max_young:
                 self._young.clear()
             segment = make()
-            young = self._young[key] = Young(segment, compile_estimate(segment))
+            young = self._young[key] = Young(segment, compile_estimate(segment),
+                                             calls_only=_calls_only(segment))
         return young
 
     def worth_compiling(self, key: tuple) -> bool:
@@ -133,7 +142,8 @@ class CompilePolicy:
         # one slow run among quick ones is no graph compute (a busy machine), nor are slow
         # first runs (functions instantiated) once a quick one comes
         quick = min(seconds, young.seconds)
-        young.graph_bound = quick > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops)
+        young.graph_bound = (young.calls_only
+                             or quick > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops))
         next_rent = seconds - calls if young.graph_bound else rent
         young.rent += (next_rent - young.rent) / young.runs
 

@@ -144,6 +144,40 @@ def test_a_call_segment_in_the_loops_thread_does_not_rent_its_calls(monkeypatch)
     assert terra.compiled_segments == 0 and len(threads) >= 50
 
 
+@tf.function
+def update(x, w):
+    h = tf.tanh(x * w + 0.1)
+    w.assign_sub(1e-3 * h)
+    return h
+
+
+@tf.function
+def total(h):
+    return tf.reduce_sum(h)
+
+
+def calls_only(loop, steps: int = 60):
+    """A step of two user functions and nothing else, its result read every 10 steps: the
+    calls are the segment."""
+    w = tf.Variable(tf.fill((4, 4), 0.5))
+    x = tf.fill((4, 4), 0.25)
+    out = []
+    for i in loop(range(steps)):
+        s = total(update(x, w))
+        if i % 10 == 9:
+            out.append(float(s))
+    return out, w.numpy()
+
+
+def test_a_segment_of_function_calls_only_runs_on_the_graph_runner(monkeypatch):
+    eager = calls_only(lambda it: it)
+    (values, w), terra, threads = run_watched(calls_only, monkeypatch)
+    assert values == eager[0] and (w == eager[1]).all()
+    assert_coexecuted(terra, at_least=0.5, plan="segments")
+    # TensorFlow runs the calls without the GIL: Python goes on while the GraphRunner runs them
+    assert threads.count("terra-graph-runner") >= 40, threads
+
+
 def many_ops(loop, steps: int = 40, paths: int = 2):
     """``paths`` of 150 small ops each (two: each every other iteration): their dispatch is
     rent."""
