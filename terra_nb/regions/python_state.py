@@ -23,25 +23,34 @@ graph plumbing (node links, checkpoint tracking), which holds the layers the roo
 
 from __future__ import annotations
 
+import collections
 import dis
+import functools
 import itertools
 import operator
+import os
+import sys
+import sysconfig
 import types
 import weakref
 
 import keras
 import numpy as np
 import tensorflow as tf
+from keras.src.ops import node as keras_node
 
 _ATOMS = (type(None), bool, int, float, complex, str, bytes)
-_OPAQUE = (tf.Tensor, tf.Variable, keras.Variable, types.ModuleType, types.BuiltinFunctionType,
-           types.CodeType)
+_OPAQUE = (tf.Tensor, tf.Variable, keras.Variable, keras.KerasTensor, keras_node.Node,
+           types.ModuleType, types.BuiltinFunctionType, types.CodeType)
 _LIBRARIES = ("keras", "tensorflow", "numpy", "builtins", "tf_keras", "terra_nb")
-_RUNTIMES = ("tensorflow", "terra_nb")  # their objects are not walked: runtime, not settings
+# installed packages and the standard library: their objects are kept by identity, not walked
+_LIBRARY_DIRS = tuple(sorted({os.path.realpath(sysconfig.get_paths()[k])
+                              for k in ("stdlib", "platstdlib", "purelib", "platlib")}))
 # Keras's layer graph and checkpoint tracking: links to layers the roots list, never read by a
-# call's arithmetic
+# call's arithmetic; ``_auto_config``: the constructor's arguments, read by ``get_config``
 _PLUMBING = frozenset({
     "_inbound_nodes", "_outbound_nodes", "_keras_history", "_tracker", "_functional",
+    "_nodes_by_depth", "_operations_by_depth", "_auto_config",
     "_self_saveable_object_factories", "_self_unconditional_checkpoint_dependencies",
     "_self_unconditional_dependency_names", "_self_unconditional_deferred_dependencies",
     "_self_name_based_restores"})
@@ -75,13 +84,28 @@ class TooLarge(Exception):
     """More Python state than a hit can afford to compare."""
 
 
-def _library(obj) -> bool:
-    module = getattr(obj, "__module__", None) or ""
-    return module.split(".", 1)[0] in _LIBRARIES
+@functools.cache
+def _user_module(name) -> bool:
+    """Whether module ``name`` is the user's code: ``__main__`` (a notebook), or a file outside
+    the installed packages and the standard library."""
+    if not isinstance(name, str) or name.split(".", 1)[0] in _LIBRARIES:
+        return False
+    if name == "__main__":
+        return True
+    path = getattr(sys.modules.get(name), "__file__", None)
+    return path is not None and not os.path.realpath(path).startswith(_LIBRARY_DIRS)
 
 
-def _runtime(obj) -> bool:
-    return (type(obj).__module__ or "").split(".", 1)[0] in _RUNTIMES
+def _user(obj) -> bool:
+    """Whether a class or function is the user's code (its state is walked)."""
+    return _user_module(getattr(obj, "__module__", None))
+
+
+def _walked_instance(obj) -> bool:
+    """Whether an object's attributes are walked: Keras's objects (a loss's ``_fn_kwargs``) and
+    the user's."""
+    module = getattr(type(obj), "__module__", None)
+    return (isinstance(module, str) and module.split(".", 1)[0] == "keras") or _user(type(obj))
 
 
 def _cell(cell):
@@ -93,7 +117,8 @@ def _cell(cell):
 
 def _code_names(code: types.CodeType) -> set[str]:
     """The global names a function's code (and the code of functions defined in it) reads."""
-    names = {i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"}
+    names = {i.argval for i in dis.get_instructions(code)
+             if i.opname in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL")}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _code_names(const)
@@ -113,6 +138,7 @@ class _Walk:
         self.sources: list = []
         self.names: list[tuple[str, object]] = []
         self.counted: list = []
+        self.sizes: list = []  # the containers whose sizes are compared
         self.arrays: list = []
         self.stack: list[tuple[object, str]] = []
 
@@ -139,17 +165,27 @@ class _Walk:
             self.step(*self.stack.pop())
 
     def step(self, obj, path: str) -> None:
-        if id(obj) not in self.seen and not isinstance(obj, _OPAQUE) and not _runtime(obj):
+        if id(obj) not in self.seen and not isinstance(obj, _OPAQUE):
             self.seen.add(id(obj))
-            self.visit(obj, path)
+            try:
+                self.visit(obj, path)
+            except Exception:  # noqa: BLE001 - an object that resists the walk: by identity
+                return
 
-    def visit(self, obj, path: str) -> None:
-        if isinstance(obj, dict):
-            self.source(obj.values, path, "[]")
-            self.push_items(obj, path)
-        elif isinstance(obj, list | set):
-            self.source(obj.__iter__, path)
-            self.push(obj, path)
+    def sized(self, container, path: str, names) -> None:
+        """A dict, list, set or deque: its items (and a dict's keys), and its size."""
+        self.sizes.append(container)
+        if isinstance(container, dict):
+            self.source(container.keys, path, "keys")
+            self.source(container.values, path, names)
+            self.push_items(container, path, dotted=names == ".")
+        else:
+            self.source(container.__iter__, path)
+            self.push(container, path)
+
+    def visit(self, obj, path: str) -> None:  # noqa: C901 - one branch per kind of object
+        if isinstance(obj, dict | list | set | collections.deque):
+            self.sized(obj, path, "[]")
         elif isinstance(obj, tuple | frozenset):
             self.push(obj, path)
         elif isinstance(obj, np.ndarray):
@@ -159,20 +195,42 @@ class _Walk:
             self.function(obj, path)
         elif isinstance(obj, types.MethodType):
             self.stack += [(obj.__self__, path), (obj.__func__, path)]
-        elif hasattr(obj, "__dict__") and not (isinstance(obj, type) and _library(obj)):
-            if isinstance(obj, self.counting):
-                self.counted.append(obj)
-            else:
-                self.source(vars(obj).values, path, ".")
+        elif isinstance(obj, functools.partial):
+            self.source(lambda: (obj.func, obj.args, obj.keywords), path,
+                        ["func", "args", "keywords"])
+            self.stack += [(obj.func, path), (obj.args, path), (obj.keywords, path)]
+        elif isinstance(obj, property | staticmethod | classmethod):
+            self.stack += [(getattr(obj, a), path) for a in ("fget", "fset", "__func__")
+                           if getattr(obj, a, None) is not None]
+        elif isinstance(obj, type):
+            if _user(obj):
+                self.source(obj.__dict__.values, path, ".")
+                self.push_items(dict(obj.__dict__), path, dotted=True)
+        elif _walked_instance(obj):
+            self.instance(obj, path)
+
+    def instance(self, obj, path: str) -> None:
+        """An object of Keras's or of the user's: its attributes (or slots), its user classes."""
+        if isinstance(obj, self.counting):
+            self.counted.append(obj)
             self.push_items(vars(obj), path, dotted=True)
-            if not isinstance(obj, type) and not _library(type(obj)):
-                self.stack += [(c, c.__name__) for c in type(obj).__mro__ if not _library(c)]
+        elif hasattr(type(obj), "__dictoffset__") and type(obj).__dictoffset__:
+            self.sized(vars(obj), path, ".")
+        slots = [s for c in type(obj).__mro__ for s in getattr(c, "__slots__", ())
+                 if s not in ("__dict__", "__weakref__")]
+        if slots:
+            self.source(lambda: [getattr(obj, s, _EMPTY) for s in slots], path, slots)
+            self.push([getattr(obj, s, _EMPTY) for s in slots], path)
+        if _user(type(obj)):
+            self.stack += [(c, c.__name__) for c in type(obj).__mro__ if _user(c)]
 
     def function(self, fn: types.FunctionType, path: str) -> None:
         """A function the user wrote: its closure cells, code and defaults, and the module
         globals its code reads."""
-        if _library(fn):
+        if not _user(fn):
             return
+        if fn.__dict__:  # function attributes (``fn.scale = ...``)
+            self.sized(fn.__dict__, path, ".")
         self.source(lambda: [_cell(c) for c in fn.__closure__ or ()], path,
                     [f"closure {n}" for n in fn.__code__.co_freevars])
         self.source(lambda: (fn.__code__, fn.__defaults__, fn.__kwdefaults__), path,
@@ -195,6 +253,8 @@ class PythonState:
         walk = _Walk(count_writes)
         walk.run(roots)
         self._sources, self._names, self._arrays = walk.sources, walk.names, walk.arrays
+        self._sized = walk.sizes
+        self._sizes = list(map(len, self._sized))
         self._counted = [id(o) for o in walk.counted]
         self._writes = _writes_to(self._counted)
         # for a later Terra (no count while none was open): the counted objects' attributes
@@ -216,13 +276,20 @@ class PythonState:
         float assigned again each step: the snapshot then takes it), and no attribute of a
         Keras object was assigned."""
         now = self._now()
-        if len(now) != len(self._values) or _writes_to(self._counted) != self._writes:
+        if (len(now) != len(self._values) or list(map(len, self._sized)) != self._sizes
+                or _writes_to(self._counted) != self._writes):
             return False
         if not all(map(operator.is_, now, self._values)):
             if not all(map(_same, now, self._values)):
                 return False
             self._values = now
         return all(a.tobytes() == b for a, b in self._arrays)
+
+    def forget(self) -> None:
+        """The object is gone: let go of what the snapshot holds (its layers, their variables);
+        it never holds again."""
+        self._sources, self._names, self._sized, self._arrays = [], [], [], []
+        self._values, self._lengths, self._sizes, self._objects = [], [], [None], []
 
     def carried_over(self) -> bool:
         """At the start of a later Terra: whether the state holds, the Keras objects' attributes
@@ -277,4 +344,6 @@ def _label(path: str, names, keys, i: int) -> str:
         return f"{path}.{keys[i]}"
     if names == "[]":
         return f"{path}[{keys[i]!r}]"
+    if names == "keys":
+        return f"{path} (keys)"
     return f"{path}[{i}]" if names is None else f"{path} {names[i]}"

@@ -160,6 +160,9 @@ class Region:
         raises ``TooLarge``), which every hit compares."""
         self._objs = [weakref.ref(o) for o in objs]
         self.python = PythonState(objs, count_writes=True)
+        # the snapshot holds the layers (in the lists the model keeps): once the model is gone,
+        # so is the snapshot, and they are freed
+        weakref.finalize(self.obj, self.python.forget)
 
     def objects(self) -> list | None:
         """The objects guarding the region; None when one of them is gone."""

@@ -6,6 +6,9 @@ and forms again (``terra_nb.regions.python_state``)."""
 
 from __future__ import annotations
 
+import functools
+import logging
+
 import keras
 import numpy as np
 import pytest
@@ -177,3 +180,92 @@ def test_a_call_that_changes_a_dict_item_in_place_is_refused(mode):
     (row,) = rows(terra, "Sequential.__call__")
     assert row.state == "refused" and row.hits == 0
     assert "CountsInADict.stats['calls']" in row.reason, str(terra.regions)
+
+
+class Unwalkable:
+    """An object that resists a walk: its class's ``__module__`` is no string (a Cython type's
+    may be a descriptor) and a missing attribute raises another error than AttributeError."""
+
+    __module__ = property(lambda self: "elsewhere")
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"no {name}")
+
+
+class Holder(keras.layers.Layer):
+    """A layer holding objects its call never reads: a logger, an unwalkable object, a list the
+    loop appends to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log = logging.getLogger("terra-test-holder")
+        self.odd = Unwalkable()
+        self.history = []
+
+    def call(self, x):
+        return x * 2.0
+
+
+def holder_program(loop):
+    layer = Holder()
+    model = keras.Sequential([keras.Input((8,)), layer])
+    out = []
+    for i, (x, _) in enumerate(loop(data(12))):
+        logging.getLogger(f"terra-test-{i}")  # the logging module's registry grows
+        out.append(float(tf.reduce_sum(model(x))))
+    return out, state_of(model)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_library_objects_a_layer_holds_are_kept_by_identity(mode):
+    # the standard library's and installed packages' objects are not walked: a logger created in
+    # the loop is no change, and an object that resists a walk is no error
+    terra, _, _ = compare(holder_program, OPTIONS[mode])
+    row = formed(terra, "Sequential.__call__")
+    assert row.misses == 0 and row.hits >= 8, str(terra.regions)
+
+
+class Keyed(keras.layers.Layer):
+    """A layer whose call reads a dict's keys, two lists' items and a partial's keywords."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weights_by_name = {"a": 1.0}
+        self.front, self.back = [1.0, 2.0], [3.0]
+        self.scale = functools.partial(lambda x, k: x * k, k=2.0)
+
+    def call(self, x):
+        total = sum(len(name) for name in self.weights_by_name) + len(self.front)
+        return self.scale(x) * float(total)
+
+
+KEYED_CHANGES = {
+    "dict key": (lambda layer: layer.weights_by_name.update({"bb": layer.weights_by_name.pop("a")}),
+                 "Keyed.weights_by_name (keys)"),
+    "item moved between lists": (lambda layer: layer.back.insert(0, layer.front.pop()),
+                                 "Keyed.front"),
+    "partial keyword": (lambda layer: layer.scale.keywords.__setitem__("k", 3.0),
+                        "Keyed.scale['k']"),
+}
+
+
+def keyed_program(change: str):
+    def program(loop):
+        layer = Keyed()
+        model = keras.Sequential([keras.Input((8,)), layer])
+        out = []
+        for i, (x, _) in enumerate(loop(data(14))):
+            if i == CHANGE_AT:
+                KEYED_CHANGES[change][0](layer)
+            out.append(float(tf.reduce_sum(model(x))))
+        return out, state_of(model)
+
+    return program
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("change", list(KEYED_CHANGES))
+def test_keys_sizes_and_partials_are_guarded(change, mode):
+    terra, _, _ = compare(keyed_program(change), OPTIONS[mode])
+    row = formed(terra, "Sequential.__call__")
+    assert row.misses == 1 and KEYED_CHANGES[change][1] in row.last_miss, str(terra.regions)

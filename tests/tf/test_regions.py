@@ -550,10 +550,12 @@ def test_regions_do_not_keep_a_dropped_model_alive():
         for x, _ in terra.loop(batches):
             float(tf.reduce_sum(model(x)))
     assert formed(terra, "Sequential.__call__").hits >= 1
-    alive = weakref.ref(model)
+    alive, layer = weakref.ref(model), weakref.ref(model.layers[0])
     del model
     gc.collect()
     assert alive() is None
+    gc.collect()  # the guard's snapshot let go of them as the model died: the next collection
+    assert layer() is None  # frees its layers (and their weights) too
     with Terra(learned=terra.learned) as again:  # opening drops the region of the dead model
         for _ in again.loop(range(1)):
             pass
