@@ -22,7 +22,7 @@ import tensorflow as tf
 from tensorflow.python.eager import context, record
 
 from ..timeline import RunnerSpan
-from .python_state import WRITES_COUNTED, count_write, forget_writes
+from .python_state import WRITES_COUNTED, count_write, forget_writes, same_value
 from .table import Regions
 
 
@@ -48,21 +48,13 @@ _RECORDERS = ("record_operation", "record_operation_backprop_only")  # of eager.
 
 
 _MISSING = object()
-_SCALARS = (bool, int, float, str)
-
-
-def _changes(old, new) -> bool:
-    """Whether assigning ``new`` over ``old`` changes the attribute. Keras assigns ``built`` and
-    ``_called`` again on every call (the same object); a loop may assign a scheduled float that
-    stopped changing (an equal new object): neither is a change."""
-    if old is new:
-        return False
-    return not (type(old) is type(new) and type(new) in _SCALARS and old == new)
 
 
 def _counting(original):
     def __setattr__(self, name, value):  # noqa: N807 - it replaces __setattr__
-        if _changes(getattr(self, "__dict__", {}).get(name, _MISSING), value):
+        # Keras assigns ``built`` and ``_called`` again on every call (the same object); a loop
+        # may assign a scheduled float that stopped changing (an equal new object): no change
+        if not same_value(getattr(self, "__dict__", {}).get(name, _MISSING), value):
             count_write(self)
         original(self, name, value)
 

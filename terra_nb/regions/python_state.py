@@ -280,7 +280,7 @@ class PythonState:
                 or _writes_to(self._counted) != self._writes):
             return False
         if not all(map(operator.is_, now, self._values)):
-            if not all(map(_same, now, self._values)):
+            if not all(map(same_value, now, self._values)):
                 return False
             self._values = now
         return all(a.tobytes() == b for a, b in self._arrays)
@@ -312,7 +312,7 @@ class PythonState:
                 continue
             keys = list(getattr(source(), "mapping", ())) if names in (".", "[]") else names
             out += [_label(path, names, keys, i) for i, (v, w) in enumerate(zip(values, then))
-                    if not _same(v, w)]
+                    if not same_value(v, w)]
         out += [f"a numpy array of shape {a.shape}" for a, b in self._arrays if a.tobytes() != b]
         if _writes_to(self._counted) != self._writes:
             out.append("an attribute of a Keras object assigned")
@@ -333,8 +333,11 @@ def _attributes(objs: list) -> list[dict]:
     return [{k: _fingerprint(v) for k, v in vars(o).items()} for o in objs]
 
 
-def _same(a, b) -> bool:
-    return a is b or (type(a) is type(b) and type(a) in _ATOMS and a == b)
+def same_value(a, b) -> bool:
+    """Whether ``b`` in place of ``a`` is no change: the same object, or an equal scalar of the
+    same type (a float, or a numpy scalar, assigned again each step)."""
+    return a is b or (type(a) is type(b) and (type(a) in _ATOMS or isinstance(a, np.generic))
+                      and bool(a == b))
 
 
 def _label(path: str, names, keys, i: int) -> str:

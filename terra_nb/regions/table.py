@@ -163,7 +163,9 @@ class Regions:
                 self._row(key, obj, key[1]).misses += 1  # new specs for an object with regions
             return _MISS
         row = self.rows[key]
-        if region.obj is not obj or region.epoch != self.epoch or region.objects() is None:
+        if region.obj is not obj or region.objects() is None:
+            row.miss("another object at the address of a dropped one")
+        elif region.epoch != self.epoch:
             row.miss("a variable was created")
         elif not region.python.holds():
             row.miss("Python state changed: " + ", ".join(region.python.changed()[:4]))

@@ -142,12 +142,14 @@ def equal_float_program(loop):
     out = []
     for x, _ in loop(data(12)):
         layer.cfg["scale"] = float("2.0")  # a new float object, equal to the old one
+        layer.settings.scale = np.float32(2.0)  # a new numpy scalar, equal ...
+        layer.gain = np.float32(1.0)  # ... also assigned on the Keras layer (counted writes)
         out.append(float(tf.reduce_sum(model(x))))
     return out, state_of(model)
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_an_equal_float_assigned_every_step_does_not_miss(mode):
+def test_an_equal_scalar_assigned_every_step_does_not_miss(mode):
     terra, _, _ = compare(equal_float_program, OPTIONS[mode])
     row = formed(terra, "Sequential.__call__")
     assert row.misses == 0 and row.hits >= 8, str(terra.regions)
