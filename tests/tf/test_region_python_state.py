@@ -136,23 +136,37 @@ def test_a_loss_keyword_changed_in_its_dict_misses(mode):
     assert row.hits >= 5
 
 
-def equal_float_program(loop):
-    layer = HiddenState()
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), layer])
-    out = []
-    for x, _ in loop(data(12)):
-        layer.cfg["scale"] = float("2.0")  # a new float object, equal to the old one
-        layer.settings.scale = np.float32(2.0)  # a new numpy scalar, equal ...
-        layer.gain = np.float32(1.0)  # ... also assigned on the Keras layer (counted writes)
-        out.append(float(tf.reduce_sum(model(x))))
-    return out, state_of(model)
+def layer_loop(layer, before_step, steps: int = 12, dense: bool = False, result=None):
+    """A loop reading ``sum(model(x))`` every step of a model around a ``layer()`` (after a
+    Dense layer with ``dense``); ``before_step(layer, i)`` runs first in step i; ``result(layer)``
+    is the last value. Returns a program."""
+
+    def program(loop):
+        model = keras.Sequential([keras.Input((8,))] + [keras.layers.Dense(4)] * dense + [layer()])
+        out = []
+        for i, (x, _) in enumerate(loop(data(steps))):
+            before_step(model.layers[-1], i)
+            out.append(float(tf.reduce_sum(model(x))))
+        return out + ([result(model.layers[-1])] if result else []), state_of(model)
+
+    return program
+
+
+def assert_hits_without_misses(program, mode: str) -> None:
+    terra, _, _ = compare(program, OPTIONS[mode])
+    row = formed(terra, "Sequential.__call__")
+    assert row.misses == 0 and row.hits >= 8, str(terra.regions)
+
+
+def assign_equal_scalars(layer, step: int) -> None:
+    layer.cfg["scale"] = float("2.0")  # a new float object, equal to the old one
+    layer.settings.scale = np.float32(2.0)  # a new numpy scalar, equal ...
+    layer.gain = np.float32(1.0)  # ... also assigned on the Keras layer (counted writes)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_an_equal_scalar_assigned_every_step_does_not_miss(mode):
-    terra, _, _ = compare(equal_float_program, OPTIONS[mode])
-    row = formed(terra, "Sequential.__call__")
-    assert row.misses == 0 and row.hits >= 8, str(terra.regions)
+    assert_hits_without_misses(layer_loop(HiddenState, assign_equal_scalars, dense=True), mode)
 
 
 class CountsInADict(keras.layers.Layer):
@@ -167,18 +181,11 @@ class CountsInADict(keras.layers.Layer):
         return x * 2.0
 
 
-def counting_program(loop):
-    layer = CountsInADict()
-    model = keras.Sequential([keras.Input((8,)), layer])
-    out = []
-    for x, _ in loop(data(10)):
-        out.append(float(tf.reduce_sum(model(x))))
-    return out + [layer.stats["calls"]], state_of(model)
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_a_call_that_changes_a_dict_item_in_place_is_refused(mode):
-    terra, _, _ = compare(counting_program, OPTIONS[mode])
+    program = layer_loop(CountsInADict, lambda layer, step: None,
+                         result=lambda layer: layer.stats["calls"])  # as many calls as eager's
+    terra, _, _ = compare(program, OPTIONS[mode])
     (row,) = rows(terra, "Sequential.__call__")
     assert row.state == "refused" and row.hits == 0
     assert "CountsInADict.stats['calls']" in row.reason, str(terra.regions)
@@ -208,23 +215,15 @@ class Holder(keras.layers.Layer):
         return x * 2.0
 
 
-def holder_program(loop):
-    layer = Holder()
-    model = keras.Sequential([keras.Input((8,)), layer])
-    out = []
-    for i, (x, _) in enumerate(loop(data(12))):
-        logging.getLogger(f"terra-test-{i}")  # the logging module's registry grows
-        out.append(float(tf.reduce_sum(model(x))))
-    return out, state_of(model)
+def new_logger(layer, step: int) -> None:
+    logging.getLogger(f"terra-test-{step}")  # the logging module's registry grows
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_library_objects_a_layer_holds_are_kept_by_identity(mode):
     # the standard library's and installed packages' objects are not walked: a logger created in
     # the loop is no change, and an object that resists a walk is no error
-    terra, _, _ = compare(holder_program, OPTIONS[mode])
-    row = formed(terra, "Sequential.__call__")
-    assert row.misses == 0 and row.hits >= 8, str(terra.regions)
+    assert_hits_without_misses(layer_loop(Holder, new_logger), mode)
 
 
 class Keyed(keras.layers.Layer):
@@ -251,23 +250,18 @@ KEYED_CHANGES = {
 }
 
 
-def keyed_program(change: str):
-    def program(loop):
-        layer = Keyed()
-        model = keras.Sequential([keras.Input((8,)), layer])
-        out = []
-        for i, (x, _) in enumerate(loop(data(14))):
-            if i == CHANGE_AT:
-                KEYED_CHANGES[change][0](layer)
-            out.append(float(tf.reduce_sum(model(x))))
-        return out, state_of(model)
+def change_at(change):
+    def before_step(layer, step: int) -> None:
+        if step == CHANGE_AT:
+            change(layer)
 
-    return program
+    return before_step
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("change", list(KEYED_CHANGES))
 def test_keys_sizes_and_partials_are_guarded(change, mode):
-    terra, _, _ = compare(keyed_program(change), OPTIONS[mode])
+    program = layer_loop(Keyed, change_at(KEYED_CHANGES[change][0]), steps=14)
+    terra, _, _ = compare(program, OPTIONS[mode])
     row = formed(terra, "Sequential.__call__")
     assert row.misses == 1 and KEYED_CHANGES[change][1] in row.last_miss, str(terra.regions)
