@@ -36,11 +36,11 @@ def objects_of(obj) -> list:
 
 
 class EffectProbe:
-    """Around one traced call of an object (``objs``: it and its sublayers); ``effects`` lists
-    what it saw, one text each."""
+    """Around one traced call of an object (``objs``: it and its sublayers; ``arguments``: the
+    call's arguments that are objects); ``effects`` lists what it saw, one text each."""
 
-    def __init__(self, objs: list) -> None:
-        self.objs = objs
+    def __init__(self, objs: list, arguments: list = ()) -> None:
+        self.objs = objs + list(arguments)
         self.effects: list[str] = []
 
     @staticmethod

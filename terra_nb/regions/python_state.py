@@ -29,6 +29,7 @@ import functools
 import itertools
 import operator
 import os
+import random
 import sys
 import sysconfig
 import types
@@ -202,6 +203,10 @@ class _Walk:
         elif isinstance(obj, property | staticmethod | classmethod):
             self.stack += [(getattr(obj, a), path) for a in ("fget", "fset", "__func__")
                            if getattr(obj, a, None) is not None]
+        elif isinstance(obj, types.GeneratorType):  # where it stands and its locals
+            self.source(lambda: _generator_state(obj), path)
+        elif isinstance(obj, random.Random):  # a generator of the user's own
+            self.source(lambda: (hash(obj.getstate()),), path, ["state"])
         elif isinstance(obj, type):
             if _user(obj):
                 self.source(obj.__dict__.values, path, ".")
@@ -331,6 +336,18 @@ def _attributes(objs: list) -> list[dict]:
     """A fingerprint of each object's attributes: scalars by value, other objects by identity
     (and lists, dicts, sets by length too)."""
     return [{k: _fingerprint(v) for k, v in vars(o).items()} for o in objs]
+
+
+def _generator_state(generator) -> list:
+    frame = generator.gi_frame
+    return [] if frame is None else [frame.f_lasti, *frame.f_locals.values()]
+
+
+def argument_objects(values) -> list:
+    """Those of a call's arguments whose state it may read: Keras's and the user's objects
+    (tensors, scalars and containers are keyed by the guard itself)."""
+    return [v for v in values if type(v) not in _ATOMS and not isinstance(
+        v, _OPAQUE + (list, tuple, dict, np.ndarray)) and _walked_instance(v)]
 
 
 def same_value(a, b) -> bool:

@@ -154,12 +154,13 @@ class Region:
         """The object whose call this region answers (None once the user dropped it)."""
         return self._obj()
 
-    def watch(self, objs: list) -> None:
+    def watch(self, objs: list, arguments: list) -> None:
         """Keep weakly the objects whose state guards the region (the object and its
-        sublayers), and a snapshot of the Python state reachable from them (``python_state``:
-        raises ``TooLarge``), which every hit compares."""
+        sublayers), and a snapshot of the Python state reachable from them and from the
+        ``arguments`` that are objects (``python_state``: raises ``TooLarge``), which every hit
+        compares."""
         self._objs = [weakref.ref(o) for o in objs]
-        self.python = PythonState(objs, count_writes=True)
+        self.python = PythonState(objs + arguments, count_writes=True)
         # the snapshot holds the layers (in the lists the model keeps): once the model is gone,
         # so is the snapshot, and they are freed
         weakref.finalize(self.obj, self.python.forget)

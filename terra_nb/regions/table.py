@@ -26,7 +26,7 @@ from ..capture.placeholder import Placeholder
 from ..trace.tracegraph import RegionCall
 from .effects import EffectProbe, hidden_inputs, objects_of, side_outputs
 from .families import Families, family_key
-from .python_state import TooLarge
+from .python_state import TooLarge, argument_objects
 from .recording import Recording, RecordingTee
 from .region import DECLINED, Region
 from .summary import RegionRow, RegionSummary
@@ -148,7 +148,7 @@ class Regions:
                 return result
             row = self._row(key, obj, method)
             if row.state != "refused" or row.refusals < REFUSE_AFTER:
-                tracing = _TracedCall(self, key, row, obj, tensors, args)
+                tracing = _TracedCall(self, key, row, obj, tensors, args + tuple(kwargs.values()))
         with tracing or contextlib.nullcontext():
             result = fn(*args, **kwargs)
         if tracing is not None:
@@ -231,7 +231,7 @@ class Regions:
             row.refuse("value read: a branch decided after the call changed a variable")
             return
         try:
-            region.watch(objs)
+            region.watch(objs, argument_objects(args))
         except TooLarge as why:
             self._refuse_for_good(row, f"too much Python state to guard: {why}")
             return
@@ -259,7 +259,7 @@ class _TracedCall:
         self._hold = contextlib.ExitStack()
 
     def __enter__(self) -> None:
-        self.probe = self._hold.enter_context(EffectProbe(self.objs))
+        self.probe = self._hold.enter_context(EffectProbe(self.objs, argument_objects(self.args)))
         self._hold.enter_context(capture.capturing(self.tee))
 
     def __exit__(self, *exc) -> None:

@@ -265,3 +265,62 @@ def test_keys_sizes_and_partials_are_guarded(change, mode):
     terra, _, _ = compare(program, OPTIONS[mode])
     row = formed(terra, "Sequential.__call__")
     assert row.misses == 1 and KEYED_CHANGES[change][1] in row.last_miss, str(terra.regions)
+
+
+def scales():
+    """The same scale forever; how often it was drawn is the generator's own state."""
+    drawn = 0
+    while True:
+        drawn += 1
+        yield 2.0
+
+
+class Scheduled(keras.layers.Layer):
+    """A layer whose call advances a generator: an effect a region would lose."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.schedule = scales()
+
+    def call(self, x):
+        return x * next(self.schedule)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_call_that_advances_a_generator_is_refused(mode):
+    program = layer_loop(Scheduled, lambda layer, step: None,
+                         result=lambda layer: layer.schedule.gi_frame.f_locals["drawn"])
+    terra, _, _ = compare(program, OPTIONS[mode])
+    (row,) = rows(terra, "Sequential.__call__")
+    assert row.state == "refused" and row.hits == 0
+    assert "Scheduled.schedule" in row.reason, str(terra.regions)
+
+
+class Options:
+    """A plain object passed to the call as an argument."""
+
+    def __init__(self) -> None:
+        self.scale = 2.0
+
+
+class WithOptions(keras.layers.Layer):
+    def call(self, x, options=None):
+        return x * options.scale
+
+
+def options_program(loop):
+    options = Options()
+    model = WithOptions()
+    out = []
+    for i, (x, _) in enumerate(loop(data(14))):
+        if i == CHANGE_AT:
+            options.scale = 3.0
+        out.append(float(tf.reduce_sum(model(x, options=options))))
+    return out, state_of(model)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_argument_objects_attribute_changed_misses(mode):
+    terra, _, _ = compare(options_program, OPTIONS[mode])
+    row = formed(terra, "WithOptions.__call__")
+    assert row.misses == 1 and "Options.scale" in row.last_miss, str(terra.regions)
