@@ -71,6 +71,16 @@ def run_watched(program, monkeypatch, **options):
     return result, terra, threads
 
 
+def run_equal_to_eager(program, monkeypatch, **options):
+    """``run_watched``, asserting its values and final variable equal eager's and that it
+    co-executed in segments: (Terra, threads)."""
+    eager = program(lambda it: it)
+    (values, final), terra, threads = run_watched(program, monkeypatch, **options)
+    assert values == eager[0] and np.array_equal(final, eager[1])
+    assert_coexecuted(terra, at_least=0.5, plan="segments")
+    return terra, threads
+
+
 @pytest.mark.parametrize("paths", [1, 2])
 def test_a_graph_bound_segment_runs_op_by_op_on_the_graph_runner(monkeypatch, paths):
     program = functools.partial(heavy, paths=paths)
@@ -134,10 +144,7 @@ def calls_in_the_loop(loop, steps: int = 60):
 
 
 def test_a_call_segment_in_the_loops_thread_does_not_rent_its_calls(monkeypatch):
-    eager = calls_in_the_loop(lambda it: it)
-    (values, w), terra, threads = run_watched(calls_in_the_loop, monkeypatch)
-    assert values == eager[0] and (w == eager[1]).all()
-    assert_coexecuted(terra, at_least=0.5, plan="segments")
+    terra, threads = run_equal_to_eager(calls_in_the_loop, monkeypatch)
     assert set(threads) == {threading.main_thread().name}
     # compiled, the call runs as long (mlp-small's region calls: the same iterations, and an
     # 80 ms compile); counting its ~2 ms as rent compiled it at its third sight. The few ops
@@ -172,10 +179,7 @@ def calls_only(loop, steps: int = 60):
 
 
 def test_a_segment_of_function_calls_only_runs_on_the_graph_runner(monkeypatch):
-    eager = calls_only(lambda it: it)
-    (values, w), terra, threads = run_watched(calls_only, monkeypatch)
-    assert values == eager[0] and (w == eager[1]).all()
-    assert_coexecuted(terra, at_least=0.5, plan="segments")
+    terra, threads = run_equal_to_eager(calls_only, monkeypatch)
     # TensorFlow runs the calls without the GIL: Python goes on while the GraphRunner runs them
     assert threads.count("terra-graph-runner") >= 40, threads
 
@@ -196,20 +200,14 @@ def many_ops(loop, steps: int = 40, paths: int = 2):
 
 def test_an_op_by_op_segment_compiles_once_its_dispatch_has_cost_its_compile(monkeypatch):
     program = functools.partial(many_ops, steps=80)  # rent is measured: room for a fast machine
-    eager = program(lambda it: it)
-    (values, w), terra, threads = run_watched(program, monkeypatch)
-    assert values == eager[0] and (w == eager[1]).all()
-    assert_coexecuted(terra, at_least=0.5, plan="segments")
+    terra, threads = run_equal_to_eager(program, monkeypatch)
     # each path runs every other iteration: both rent, then compile
     assert terra.compiled_segments >= 2 and 4 <= len(threads) < len(terra.stats)
 
 
 def test_a_steady_segment_of_plain_ops_rents_ahead_and_compiles_at_its_third_sight(monkeypatch):
     program = functools.partial(many_ops, paths=1)
-    eager = program(lambda it: it)
-    (values, w), terra, threads = run_watched(program, monkeypatch)
-    assert values == eager[0] and (w == eager[1]).all()
-    assert_coexecuted(terra, at_least=0.5, plan="segments")
+    terra, threads = run_equal_to_eager(program, monkeypatch)
     # in every iteration since its first: its rent of 20 iterations ahead pays its compile
     assert terra.compiled_segments >= 1 and len(threads) <= 2 * len(terra.programs)
 
@@ -234,10 +232,7 @@ def test_steady_is_nearly_every_iteration_since_the_first(iterations, steady):
 
 
 def test_a_dispatch_bound_segment_stays_op_by_op_in_the_loops_thread(monkeypatch):
-    eager = light(lambda it: it)
-    (values, v), terra, threads = run_watched(light, monkeypatch)
-    assert values == eager[0] and v == eager[1]
-    assert_coexecuted(terra, at_least=0.5, plan="segments")
+    terra, threads = run_equal_to_eager(light, monkeypatch)
     # 15 runs each of a few scalar ops cost less than a compile: neither path's segment is
     # compiled (only what both paths share, the assignment, runs every iteration)
     assert terra.compiled_segments < len(terra.programs) and terra.runs_op_by_op >= 20
