@@ -265,13 +265,11 @@ class PythonState:
         # for a later Terra (no count while none was open): the counted objects' attributes
         self._objects = [weakref.ref(o) for o in walk.counted]
         self._attributes = _attributes(walk.counted)
-        self._take(self._now())
+        parts = [list(f()) for f in self._sources]  # one read of each place
+        self._lengths = list(map(len, parts))
+        self._values = list(itertools.chain.from_iterable(parts))
         if len(self._values) > MAX_VALUES:
             raise TooLarge(f"{len(self._values)} Python values reachable from the call")
-
-    def _take(self, values: list) -> None:
-        self._values = values
-        self._lengths = [len(list(f())) for f in self._sources]
 
     def _now(self) -> list:
         return list(itertools.chain.from_iterable(f() for f in self._sources))

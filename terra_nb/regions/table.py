@@ -206,7 +206,8 @@ class Regions:
             row = self.rows[key] = RegionRow(f"{type(obj).__name__}.{method}", *user_line())
         return row
 
-    def form(self, key, row: RegionRow, obj, rec: Recording, objs: list, args) -> None:
+    def form(self, key, row: RegionRow, obj, rec: Recording, objs: list, args,
+             arguments: list) -> None:
         """Make the region of ``key`` from its recording (or refuse it, saying why)."""
         variables = {}
         for v in list(getattr(obj, "variables", [])) + _variables_in(args):
@@ -231,7 +232,7 @@ class Regions:
             row.refuse("value read: a branch decided after the call changed a variable")
             return
         try:
-            region.watch(objs, argument_objects(args))
+            region.watch(objs, arguments)
         except TooLarge as why:
             self._refuse_for_good(row, f"too much Python state to guard: {why}")
             return
@@ -254,12 +255,13 @@ class _TracedCall:
         self.regions, self.key, self.row, self.obj = regions, key, row, obj
         self.tensors, self.args = tensors, args
         self.objs = objects_of(obj)
+        self.arguments = argument_objects(args)  # probed, then guarded by the region
         self.epoch = regions.epoch
         self.tee = RecordingTee(hooks.current_sink())
         self._hold = contextlib.ExitStack()
 
     def __enter__(self) -> None:
-        self.probe = self._hold.enter_context(EffectProbe(self.objs, argument_objects(self.args)))
+        self.probe = self._hold.enter_context(EffectProbe(self.objs, self.arguments))
         self._hold.enter_context(capture.capturing(self.tee))
 
     def __exit__(self, *exc) -> None:
@@ -278,7 +280,7 @@ class _TracedCall:
         elif (prev is not None and prev.key() == rec.key()) or regions.families.shared(
                 family_key(self.obj, key[1], rec)):
             # a call of a family with a shared F needs no second run: its ops are the family's
-            regions.form(key, row, self.obj, rec, self.objs, self.args)
+            regions.form(key, row, self.obj, rec, self.objs, self.args, self.arguments)
         else:
             if len(regions.pending) >= MAX_PENDING:
                 regions.pending.clear()
