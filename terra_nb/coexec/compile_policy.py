@@ -13,11 +13,14 @@ runs reaches what its compile is estimated to cost, so a loop pays at most about
 of the two, whether its segments recur ten times or ten thousand. A run loses its time outside
 the functions its ops call: a compiled run spends the same in them (a segment that is mostly a
 region's calls has little to gain and a big compile). In the Python thread it loses its wait for
-the graph too. Not the calls' time there: a compiled run could overlap it with Python's next
-steps, but measured it did not (mlp-small's two region-call segments: the same 2.0-2.1 ms
-iterations compiled, and their compile cost 80 ms; counting that time compiled them in the
-benchmark's window, 455 -> 312 it/s). The estimate is scaled by what compiles measured on this
-machine.
+the graph too, and of the calls' time, what Python would have done meanwhile: compiled, the
+segment runs on the GraphRunner thread while Python goes on until it next needs the graph (a
+read, a wait). That overlap is measured when Python next needs the graph, and paid then
+(``python_waits``). A step whose loss is read right after its segment gains none (mlp-small:
+counting all the calls' time compiled its segments for nothing, 455 -> 312 it/s); one that goes
+on to its backward pass and optimizer meanwhile does (mlp-python's last segment, 1.2 ms of region
+calls then 2 ms of Python: ~4 -> 2 ms iterations compiled). The estimate is scaled by what
+compiles measured on this machine.
 
 A segment on the loop's steady path (submitted in nearly every iteration since its first, three
 in a row at least) will recur: it rents ahead, as if the next ``LOOKAHEAD`` iterations had paid
@@ -37,6 +40,7 @@ small op's dispatch contended with Python's for the GIL, and its iterations took
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from ..capture.functions import function_def
@@ -94,6 +98,9 @@ class CompilePolicy:
         self._young: dict[tuple, Young] = {}
         self._compiling: dict[tuple, float] = {}  # key -> its estimate, until its first run
         self.scale = 1.0  # measured compile cost / estimate, learned from each compile
+        # the last run in the loop's thread: (young, when it ended, its calls' seconds), until
+        # Python next needs the graph
+        self._overlap: tuple[Young, float, float] | None = None
 
     def young(self, key: tuple, make) -> Young:
         """The young segment of ``key`` (``make()`` builds its Segment the first time)."""
@@ -146,6 +153,19 @@ class CompilePolicy:
                              or quick > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops))
         next_rent = seconds - calls if young.graph_bound else rent
         young.rent += (next_rent - young.rent) / young.runs
+        if waited is not None:
+            self._overlap = (young, time.perf_counter(), calls)
+
+    def python_waits(self) -> None:
+        """Python needs the graph now (a read, a wait): the last run in the loop's thread, had it
+        been compiled, would have run its calls while Python went on until now. Pay that."""
+        if self._overlap is None:
+            return
+        young, ended, calls = self._overlap
+        self._overlap = None
+        overlap = min(calls, time.perf_counter() - ended)
+        young.spent += overlap
+        young.rent += overlap / young.runs  # the mean of its runs' rent, the last one's included
 
     def segments(self) -> tuple[Segment, ...]:
         """The young segments, oldest first."""

@@ -167,6 +167,7 @@ class GraphRunner:
         if segment is None or (item.young is not None and item.young.graph_bound):
             self._queue.put(item)  # compiled, or interpreted there while Python goes on
             return
+        self.python_waits()
         waited = time.perf_counter()  # the wait is interpreting's cost too: no overlap
         self._queue.join()  # everything issued before it runs first
         with capture.bypass(), record.stop_recording():  # not Python's ops: nothing to record
@@ -208,9 +209,16 @@ class GraphRunner:
     def wait_idle(self, deliver: bool = True) -> None:
         """Block until every submitted item has run; raise a failure Python was not told of
         (unless not ``deliver``: it is raised at the next wait that delivers)."""
+        self.python_waits()
         self._queue.join()
         if deliver and self.error is not None and self._failed_generation == self.generation:
             self.deliver(self.error)
+
+    def python_waits(self) -> None:
+        """Python needs the graph now (it reads a value or waits): the compile policy learns
+        what Python did since the last segment it ran itself (see ``CompilePolicy.python_waits``).
+        """
+        self.policy.python_waits()
 
     def deliver(self, error: BaseException) -> None:
         """Raise ``error`` in Python. A failed op stops the work Python issued after it (as an

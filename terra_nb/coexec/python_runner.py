@@ -135,8 +135,7 @@ class PythonRunner:
         self.path: list[int] = []  # nodes answered with placeholders this iteration
 
     def take_stall_spans(self) -> list[RunnerSpan]:
-        """This iteration's PythonRunner stalls (waiting for the graph) and feed/fetch moments,
-        and clear them."""
+        """This iteration's PythonRunner stalls and feed/fetch moments, cleared."""
         spans, self.lane.spans = self.lane.spans, []
         return spans
 
@@ -373,6 +372,7 @@ class PythonRunner:
 
     def materialise(self, placeholder: Placeholder):
         """A fetch: the real value of ``placeholder``, waiting for the graph if needed."""
+        self.graph.python_waits()
         if placeholder.value is None:
             owner = placeholder.owner
             value = owner.materialise(placeholder)
