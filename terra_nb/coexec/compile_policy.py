@@ -18,7 +18,7 @@ segment runs on the GraphRunner thread while Python goes on until it next needs 
 read, a wait). That overlap is measured when Python next needs the graph, and paid then
 (``python_waits``). A step whose loss is read right after its segment gains none (mlp-small:
 counting all the calls' time compiled its segments for nothing, 455 -> 312 it/s); one that goes
-on to its backward pass and optimizer meanwhile does (mlp-python's last segment, 1.2 ms of region
+on to its next step meanwhile does (mlp-python's last segment, 1.2 ms of region
 calls then 2 ms of Python: 3.4 -> 2.0 ms iterations once compiled). The estimate is scaled by what
 compiles measured on this machine.
 
