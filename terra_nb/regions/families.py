@@ -59,6 +59,10 @@ class Families:
             region.forward = shared
         return bool(shared)
 
+    def drop(self, obj_id: int) -> None:
+        """Forget the families of a collected object."""
+        self.forget({k[0] for k in self._first} - {obj_id})
+
     def forget(self, obj_ids: set[int]) -> None:
         """Drop the families of objects no region is kept for."""
         for key in [k for k in self._first if k[0] not in obj_ids]:

@@ -25,6 +25,7 @@ class RegionRow:
     refusals: int = 0  # traced calls in a row that showed an effect
     any_shape: bool = False  # answered by its shape family's function for any shape
     last_miss: str = ""  # why the last guard miss happened (kept once formed again)
+    objects: int = 0  # a folded row: the collected objects whose rows it holds
 
     def refuse(self, reason: str) -> None:
         self.state, self.reason = "refused", reason

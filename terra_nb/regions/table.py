@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import weakref
 
 import numpy as np
 from tensorflow.python.framework import op_def_registry
@@ -96,9 +97,53 @@ class Regions:
         self.families = Families()
         self.tapes = Tapes(self)  # GradientTape.gradient answered by one function
         self.marks: list[tuple[str, float, float]] = []  # this iteration's hits: call, start, end
+        self.keys_of: dict[int, list[tuple]] = {}  # object id -> (guard key, method) of its rows
+        self._gone: list[int] = []  # ids of collected objects (their finalizers append them)
 
     def summary(self) -> RegionSummary:
         return RegionSummary(tuple(r.frozen() for r in self.rows.values()))
+
+    def _forget_gone(self) -> None:
+        """Forget the objects collected since the last call: drop their regions and counts (an
+        object made later at the same address starts afresh), and fold the rows that never hit
+        into one row per call site (a loss made anew every step would add a row every step). Not
+        when listing: the rows of objects dropped after the loop say what happened to them."""
+        while self._gone:
+            ident = self._gone.pop()
+            for key, method in self.keys_of.pop(ident, ()):
+                if key in self.table:
+                    self._drop(key)
+                self.pending.pop(key, None)
+                self.specs_for.pop((ident, method), None)
+                self.formed_for.pop((ident, method), None)
+                row = self.rows.get(key)
+                if row is not None and not row.hits:
+                    del self.rows[key]
+                    self._fold(row)
+            self.families.drop(ident)
+
+    def _fold(self, row: RegionRow) -> None:
+        folded = self.rows.get(("gone", row.name, row.source))
+        if folded is None:
+            folded = self.rows[("gone", row.name, row.source)] = RegionRow(
+                row.name, row.source, row.call)
+        folded.objects += 1
+        folded.misses += row.misses
+        last = f"; the last: {row.reason}" if row.reason else ""
+        folded.state = "refused" if row.state == "refused" else "tracing"
+        folded.reason = (f"{folded.objects} objects made anew, each collected before a region "
+                         f"answered it{last}")
+
+    def _watch(self, obj, key: tuple, method: str) -> None:
+        """Remember ``key`` as a row of ``obj``, to forget when ``obj`` is collected."""
+        keys = self.keys_of.get(id(obj))
+        if keys is None:
+            try:  # the list, not self: a finalizer must not keep the Regions alive
+                weakref.finalize(obj, self._gone.append, id(obj))
+            except TypeError:  # not weakly referenceable: its rows stay
+                return
+            keys = self.keys_of[id(obj)] = []
+        keys.append((key, method))
 
     def region_calls(self) -> dict[str, RegionCall]:
         """Every compiled function of the regions formed so far, by op type (its name)."""
@@ -133,6 +178,8 @@ class Regions:
         on the way to a region, or not). The Python runs from one line whatever the reason, so
         its ops have one program location."""
         start = time.perf_counter()
+        if self._gone:  # before the guard: a new object may have a collected one's address
+            self._forget_gone()
         args = tuple(list(a) if type(a) is zip else a for a in args)  # apply_gradients(zip(..))
         # numpy data is an argument of the region, as the tensor Keras would convert it to
         args, kwargs = _numpy_as_tensors(args), {k: _numpy_as_tensors(v) for k, v in kwargs.items()}
@@ -202,8 +249,10 @@ class Regions:
                         f"{type(obj).__name__}.{method}", *user_line())
                     self._refuse_for_good(row, f"more than {MAX_SPECS} argument specs (a Python "
                                                f"argument that changes every call?)")
+                    self._watch(obj, ("many", *ident), method)
                 return row
             row = self.rows[key] = RegionRow(f"{type(obj).__name__}.{method}", *user_line())
+            self._watch(obj, key, method)
         return row
 
     def form(self, key, row: RegionRow, obj, rec: Recording, objs: list, args,

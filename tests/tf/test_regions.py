@@ -663,3 +663,26 @@ def test_a_cell_returns_its_output_and_new_state_as_one_tensor_as_in_eager(mode)
     assert values2 == values and all(plain_same) and all(same)
     assert_bit_identical(variables, variables2)
     assert formed(terra, "SimpleRNNCell.__call__").hits >= 20, str(terra.regions)
+
+
+def loss_made_anew_program(loop):
+    """The loss object made anew in every step (a row of its own each, before)."""
+    model, opt = sequential(), keras.optimizers.Adam(1e-2)
+    out = []
+    for x, y in loop(data(30)):
+        lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        out.append(float(step(model, opt, lossf, x, y)))
+    return out, state_of(model, opt)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_loss_made_anew_every_step_is_one_folded_row(mode):
+    terra, _, _ = compare(loss_made_anew_program, OPTIONS[mode], at_least=0.6)
+    assert formed(terra, "Sequential.__call__").hits >= 20
+    assert formed(terra, "Adam.apply_gradients").hits >= 20
+    # each loss object was collected before a region answered it: one row holds those the
+    # loop dropped, and no region is kept for them; the last one's row is its own
+    folded, last = rows(terra, LOSS)
+    assert folded.state == "tracing" and folded.hits == 0, str(terra.regions)
+    assert folded.reason.startswith("29 objects made anew, each collected before a region")
+    assert last.hits == 0 and len(terra.regions.rows) == 4 and terra.regions.formed == 2
