@@ -104,10 +104,11 @@ class Regions:
         return RegionSummary(tuple(r.frozen() for r in self.rows.values()))
 
     def _forget_gone(self) -> None:
-        """Forget the objects collected since the last call: drop their regions and counts (an
-        object made later at the same address starts afresh), and fold the rows that never hit
-        into one row per call site (a loss made anew every step would add a row every step). Not
-        when listing: the rows of objects dropped after the loop say what happened to them."""
+        """Forget the objects collected since the last call: drop their regions, rows and counts
+        (an object made later at the same address starts afresh, with a row of its own). A row
+        that hit stays listed as collected; the others fold into one row per call site (a loss
+        made anew every step would add a row every step). Not when listing: the rows of objects
+        dropped after the loop say what happened to them."""
         while self._gone:
             ident = self._gone.pop()
             for key, method in self.keys_of.pop(ident, ()):
@@ -116,9 +117,11 @@ class Regions:
                 self.pending.pop(key, None)
                 self.specs_for.pop((ident, method), None)
                 self.formed_for.pop((ident, method), None)
-                row = self.rows.get(key)
-                if row is not None and not row.hits:
-                    del self.rows[key]
+                row = self.rows.pop(key, None)
+                if row is not None and row.hits:  # listed still, under a key no object has
+                    row.state, row.reason = "tracing", "its object was collected"
+                    self.rows[("collected", id(row), *key)] = row
+                elif row is not None:
                     self._fold(row)
             self.families.drop(ident)
 

@@ -686,3 +686,27 @@ def test_a_loss_made_anew_every_step_is_one_folded_row(mode):
     assert folded.state == "tracing" and folded.hits == 0, str(terra.regions)
     assert folded.reason.startswith("29 objects made anew, each collected before a region")
     assert last.hits == 0 and len(terra.regions.rows) == 4 and terra.regions.formed == 2
+
+
+def loss_every_five_program(loop):
+    """A loss object made anew every 5 steps: each hits before it goes, and the next one often
+    gets its address."""
+    model, opt = sequential(), keras.optimizers.Adam(1e-2)
+    out, lossf = [], None
+    for i, (x, y) in enumerate(loop(data(40))):
+        if i % 5 == 0:
+            lossf = None  # collected here, before the next one is made
+            lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        out.append(float(step(model, opt, lossf, x, y)))
+    return out, state_of(model, opt)
+
+
+def test_an_object_at_a_collected_ones_address_gets_a_row_of_its_own():
+    terra, _, _ = compare(loss_every_five_program, OPTIONS["coexec"], at_least=0.6)
+    losses = rows(terra, LOSS)
+    collected = [r for r in losses if r.reason == "its object was collected"]
+    # every loss but the last hit, and is listed as collected, its hits its own; none missed
+    # for another's region at its address, and only the live objects' regions count as formed
+    assert len(collected) >= 6 and all(1 <= r.hits <= 5 for r in collected), str(terra.regions)
+    assert not any(r.misses for r in losses)
+    assert terra.regions.formed == 3 and formed(terra, "Adam.apply_gradients").hits >= 30
