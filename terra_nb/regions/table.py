@@ -97,7 +97,7 @@ class Regions:
         self.families = Families()
         self.tapes = Tapes(self)  # GradientTape.gradient answered by one function
         self.marks: list[tuple[str, float, float]] = []  # this iteration's hits: call, start, end
-        self.keys_of: dict[int, list[tuple]] = {}  # object id -> (guard key, method) of its rows
+        self._keys_of: dict[int, list[tuple]] = {}  # object id -> (guard key, method) of its rows
         self._gone: list[int] = []  # ids of collected objects (their finalizers append them)
 
     def summary(self) -> RegionSummary:
@@ -111,17 +111,19 @@ class Regions:
         dropped after the loop say what happened to them."""
         while self._gone:
             ident = self._gone.pop()
-            for key, method in self.keys_of.pop(ident, ()):
+            for key, method in self._keys_of.pop(ident, ()):
                 if key in self.table:
                     self._drop(key)
                 self.pending.pop(key, None)
                 self.specs_for.pop((ident, method), None)
                 self.formed_for.pop((ident, method), None)
                 row = self.rows.pop(key, None)
-                if row is not None and row.hits:  # listed still, under a key no object has
+                if row is None:
+                    continue
+                if row.hits:  # listed still, under a key no object has
                     row.state, row.reason = "tracing", "its object was collected"
                     self.rows[("collected", id(row), *key)] = row
-                elif row is not None:
+                else:
                     self._fold(row)
             self.families.drop(ident)
 
@@ -139,13 +141,13 @@ class Regions:
 
     def _watch(self, obj, key: tuple, method: str) -> None:
         """Remember ``key`` as a row of ``obj``, to forget when ``obj`` is collected."""
-        keys = self.keys_of.get(id(obj))
+        keys = self._keys_of.get(id(obj))
         if keys is None:
             try:  # the list, not self: a finalizer must not keep the Regions alive
                 weakref.finalize(obj, self._gone.append, id(obj))
             except TypeError:  # not weakly referenceable: its rows stay
                 return
-            keys = self.keys_of[id(obj)] = []
+            keys = self._keys_of[id(obj)] = []
         keys.append((key, method))
 
     def region_calls(self) -> dict[str, RegionCall]:
