@@ -142,6 +142,7 @@ export function mountGraph(model, el) {
   const search = h("input", "terra-search");
   search.type = "search";
   search.placeholder = "find: op type or source text";
+  search.value = model.get("search");  // kept in the model: a redrawn view (a cell's end) keeps it
   const found = h("span", "terra-muted terra-found");
   bar.append(title, info, ...buttons, search, found);
   const message = h("div", "terra-message");
@@ -328,7 +329,8 @@ export function mountGraph(model, el) {
     mouseleave: () => { drag = null; const sel = model.get("selected"); if (sel) showDetails(sel); },
   };
   for (const [name, fn] of Object.entries(handlers)) viewport.addEventListener(name, fn);
-  search.addEventListener("input", find);
+  search.addEventListener("input", () => { model.set("search", search.value); model.save_changes(); find(); });
+  const onSearch = () => { if (search.value !== model.get("search")) search.value = model.get("search"); find(); };
   buttons[0].addEventListener("click", fit);
   buttons[1].addEventListener("click", () => zoom(1 / 1.4));
   buttons[2].addEventListener("click", () => zoom(1.4));
@@ -338,6 +340,7 @@ export function mountGraph(model, el) {
   const subscriptions = [
     ["change:svg", drawSvg], ["change:graph_json", redrawData], ["change:current", mark],
     ["change:new_nodes", mark], ["change:selected", mark], ["change:layout_message", onMessage],
+    ["change:search", onSearch],
   ];
   for (const [event, fn] of subscriptions) model.on(event, fn);
   redrawData();

@@ -33,6 +33,7 @@ class GraphState(t.HasTraits):
     new_nodes = t.List(t.Int()).tag(sync=True)
     toggled = t.List(t.Unicode()).tag(sync=True)
     selected = t.Unicode("").tag(sync=True)
+    search = t.Unicode("").tag(sync=True)  # the search box's text, shared by every view of it
     layout_message = t.Unicode("").tag(sync=True)
     min_chain = t.Int(3)
     collapse_loops = t.Union([t.Bool(), t.Unicode()], default_value="auto")
