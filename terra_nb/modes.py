@@ -80,6 +80,9 @@ class EagerEngine:
         have co-executed otherwise."""
         return False
 
+    def expect_end(self, iteration: int | None) -> None:
+        """The loop ends before ``iteration`` (its iterable's length); None: not known."""
+
     def end(self) -> IterationResult:
         return IterationResult("eager")
 
@@ -222,6 +225,10 @@ class CoexecEngine:
                 capture.hold_placeholders()
                 capture.set_barrier(self.runner.sync)
                 self._aside = False
+
+    def expect_end(self, iteration: int | None) -> None:
+        """The compile policy rents ahead for the iterations left (``compile_policy.py``)."""
+        self.runner.graph.policy.horizon = iteration
 
     def keep_tracing(self) -> bool:
         """Trace the next iteration (regions are forming from its calls, which must run for

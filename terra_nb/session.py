@@ -15,6 +15,7 @@ and builds the TraceGraph; ``eager`` runs the loop untouched with the same stati
 
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 import time
@@ -26,11 +27,11 @@ from typing import Any
 from . import heap
 from .errors import TerraError, TerraUsageError
 from .modes import CoexecEngine, EagerEngine, IterationResult, Learned, TraceEngine
+from .options import MODES, check_options
 from .regions import Explained, Interception, RegionSummary
 from .timeline import RunnerSpan, SpanFeed, SpanLog, exec_spans
 from .trace.tracegraph import TraceGraph
 
-MODES = ("coexec", "lazy", "trace", "eager")
 _open = threading.local()  # the Terra whose context is open in this thread
 
 
@@ -114,7 +115,7 @@ class Terra:
         the coexec and lazy modes, except with ``program="whole"``, which cannot run them yet;
         ``"tapes"``: also ``GradientTape.gradient`` as one function (experimental: its first
         call is a fallback, so short loops lose; ``regions/tapes.py``)."""
-        _check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned, regions)
+        check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned, regions)
         self.use_regions = (mode in ("coexec", "lazy") and program != "whole"
                             if regions is None else regions)
         self._interception: Interception | None = None
@@ -204,23 +205,27 @@ class Terra:
                 f"Terra.loop() needs an iterable (a list, a generator, a tf.data.Dataset ...), "
                 f"got {type(iterable).__name__}"
             ) from None
-        return self._iterate(iterator)
+        return self._iterate(iterator, _length(iterable))
 
     def step(self) -> _Step:
         """Context manager for one iteration, for loops that are not a ``for`` over an iterable."""
         self._check_open("step()")
         return _Step(self)
 
-    def _iterate(self, iterator: Iterator[Any]) -> Iterator[Any]:
-        for item in iterator:  # the iterable's own ops run outside any iteration: they are feeds
-            self._begin(sys._getframe(1))
-            ended = "stopped"
-            try:
-                yield item
-                ended = "completed"
-            finally:
-                self._end(ended)
-        self._engine.drain()  # an op that failed in the graph raises here, inside the loop
+    def _iterate(self, iterator: Iterator[Any], length: int | None) -> Iterator[Any]:
+        self._engine.expect_end(None if length is None else len(self._stats) + length)
+        try:
+            for item in iterator:  # the iterable's own ops run outside any iteration: feeds
+                self._begin(sys._getframe(1))
+                ended = "stopped"
+                try:
+                    yield item
+                    ended = "completed"
+                finally:
+                    self._end(ended)
+            self._engine.drain()  # an op that failed in the graph raises here, inside the loop
+        finally:
+            self._engine.expect_end(None)
 
     def _check_open(self, what: str) -> None:
         if self._state == "new":
@@ -375,26 +380,13 @@ class Terra:
                 self._spans.add(self._graph_feed.take(runner.graph.spans))
 
 
-def _check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned,
-                   regions=None) -> None:
-    """Raise ``TerraUsageError`` naming the first option of ``Terra(...)`` that is off."""
-    if mode not in MODES:
-        raise TerraUsageError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
-    for name, value in (("max_fallbacks", max_fallbacks), ("compile_after", compile_after),
-                        ("keep_spans", keep_spans)):
-        if not isinstance(value, int) or value < 1:
-            raise TerraUsageError(f"{name} must be an int >= 1, got {value!r}")
-    if program not in ("segments", "whole"):
-        raise TerraUsageError(f"program must be 'segments' or 'whole', got {program!r}")
-    if program == "whole" and mode != "coexec":
-        raise TerraUsageError(f"program='whole' needs mode='coexec', not {mode!r}")
-    if learned is not None and not isinstance(learned, Learned):
-        raise TerraUsageError("learned= takes the .learned of an earlier Terra")
-    if regions is not None and not isinstance(regions, bool) and regions != "tapes":
-        raise TerraUsageError(f"regions must be True, False, None or 'tapes', got {regions!r}")
-    if regions and program == "whole":
-        raise TerraUsageError("regions=True needs program='segments' for now: the whole program "
-                              "leaves its plan at every region (a function-call op Python runs)")
+def _length(iterable: Iterable[Any]) -> int | None:
+    """How many items ``iterable`` holds, if it says (``len``, or an iterator's length hint)."""
+    try:
+        length = operator.length_hint(iterable, -1)
+    except Exception:  # noqa: BLE001 - a __len__ that fails: the loop runs without it
+        return None
+    return length if length >= 0 else None
 
 
 __all__ = ["MODES", "Fallback", "IterationStats", "Learned", "Terra"]

@@ -22,12 +22,22 @@ on to its next step meanwhile does (mlp-python's last segment, 1.2 ms of region
 calls then 2 ms of Python: 3.4 -> 2.0 ms iterations once compiled). The estimate is scaled by what
 compiles measured on this machine.
 
-A segment on the loop's steady path (submitted in nearly every iteration since its first, three
-in a row at least) will recur: it rents ahead, as if the next ``LOOKAHEAD`` iterations had paid
-the mean rent of its runs so far, so a segment of plain ops compiles at once (yolov3, dcgan: their
-compiles stay out of the timed iterations) while one that is mostly a region's calls still does
-not (resnet50: the same throughput without, and 0.2 s less in all). Steadiness is a share, not a
-run: a loop drawing one of a few lengths at random meets each length twice in a row now and then.
+When the loop's length is known (its iterable has a ``len``: a list, a range, a finite
+``tf.data.Dataset``; ``horizon``), the rental knows how long it lasts: a segment rents ahead what
+its runs in the iterations left would pay, at the rate it has been submitted since its first, per
+run the least of its mean rent and its last one (a first run instantiates functions). A segment
+worth compiling compiles at its third submission, early in the loop, and one that would not pay
+for its compile before the loop ends never does (rnn-varlen, lengths 6, 8, 10, 8: each length's
+segments compiled after ~20 runs, mid-loop, where each compile held Python up; a 30-iteration
+cell compiles what 30 iterations repay).
+
+Without a length, a segment on the loop's steady path (submitted in nearly every iteration since
+its first, three in a row at least) will recur: it rents ahead, as if the next ``LOOKAHEAD``
+iterations had paid the mean rent of its runs so far, so a segment of plain ops compiles at once
+(yolov3, dcgan: their compiles stay out of the timed iterations) while one that is mostly a
+region's calls still does not (resnet50: the same throughput without, and 0.2 s less in all).
+Steadiness is a share, not a run: a loop drawing one of a few lengths at random meets each length
+twice in a row now and then.
 
 Until it is compiled, a segment that is mostly graph compute (its interpreted run takes far longer
 than dispatching its ops) runs interpreted on the GraphRunner thread, so Python goes on meanwhile;
@@ -68,6 +78,8 @@ class Young:
     graph_bound: bool = False
     rent: float = 0.0  # what its next interpreted run will lose against a compiled one ...
     runs: int = 0  # ... the mean over its runs so far: one slow run, 20 times, would compile it
+    last_rent: float = 0.0  # the last run's
+    submitted: int = 0  # how many times it was submitted
     seconds: float = 0.0  # the mean time of its runs: graph-bound needs it and the last one
     first: int = -1  # the iteration it was first submitted in
     last: int = -1  # ... and last
@@ -98,6 +110,7 @@ class CompilePolicy:
         self._young: dict[tuple, Young] = {}
         self._compiling: dict[tuple, float] = {}  # key -> its estimate, until its first run
         self.scale = 1.0  # measured compile cost / estimate, learned from each compile
+        self.horizon: int | None = None  # the iteration the loop ends before; None: not known
         # the last run in the loop's thread: (young, when it ended, its calls' seconds), until
         # Python next needs the graph
         self._overlap: tuple[Young, float, float] | None = None
@@ -119,13 +132,24 @@ class CompilePolicy:
         young = self._young.get(key)
         if young is None:
             return True
-        # ahead by the next run's rent: a first run waits in the loop's thread, later ones may not
-        ahead = LOOKAHEAD * young.rent if young.steady else 0.0
-        return young.spent + ahead >= young.estimate * self.scale
+        return young.spent + self._ahead(young) >= young.estimate * self.scale
+
+    def _ahead(self, young: Young) -> float:
+        """The rent ``young``'s coming interpreted runs would pay (see the module docstring)."""
+        if self.horizon is None:
+            # ahead by the next run's rent: a first run waits in the loop's thread, later ones
+            # may not
+            return LOOKAHEAD * young.rent if young.steady else 0.0
+        if young.runs < 2:  # one run: its rent may be mostly functions instantiated
+            return 0.0
+        rate = young.submitted / (young.last - young.first + 1)
+        left = max(0, self.horizon - 1 - young.last)
+        return rate * left * min(young.rent, young.last_rent)
 
     @staticmethod
     def sighted(young: Young, iteration: int) -> None:
         """``young`` is submitted in ``iteration``."""
+        young.submitted += 1
         if young.iterations == 0:
             young.first = iteration
         if young.iterations == 0 or iteration != young.last:
@@ -151,8 +175,8 @@ class CompilePolicy:
         quick = min(seconds, young.seconds)
         young.graph_bound = (young.calls_only
                              or quick > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops))
-        next_rent = seconds - calls if young.graph_bound else rent
-        young.rent += (next_rent - young.rent) / young.runs
+        young.last_rent = seconds - calls if young.graph_bound else rent
+        young.rent += (young.last_rent - young.rent) / young.runs
         if waited is not None:
             self._overlap = (young, time.perf_counter(), calls)
 
@@ -165,6 +189,7 @@ class CompilePolicy:
         self._overlap = None
         overlap = min(calls, time.perf_counter() - ended)
         young.spent += overlap
+        young.last_rent += overlap
         young.rent += overlap / young.runs  # the mean of its runs' rent, the last one's included
 
     def segments(self) -> tuple[Segment, ...]:
