@@ -381,7 +381,11 @@ class Terra:
 
 
 def _length(iterable: Iterable[Any]) -> int | None:
-    """How many items ``iterable`` holds, if it says (``len``, or an iterator's length hint)."""
+    """How many items ``iterable`` holds, if it says: ``len``, an iterator's length hint, or for
+    an ``enumerate`` or ``zip`` those of the iterators it goes over (its pickle state)."""
+    if type(iterable) in (enumerate, zip):
+        inner = [_length(it) for it in iterable.__reduce__()[1] if not isinstance(it, int)]
+        return None if not inner or None in inner else min(inner)
     try:
         length = operator.length_hint(iterable, -1)
     except Exception:  # noqa: BLE001 - a __len__ that fails: the loop runs without it

@@ -59,7 +59,9 @@ def _infinite():
 
 @pytest.mark.parametrize("make, length", [
     (lambda: [1, 2, 3], 3), (lambda: range(7), 7), (lambda: iter([1, 2]), 2),
-    (lambda: (i for i in range(3)), None), (lambda: enumerate([1, 2]), None),
+    (lambda: (i for i in range(3)), None), (lambda: enumerate([1, 2]), 2),
+    (lambda: iter(enumerate(range(5), start=3)), 5), (lambda: zip([1, 2], range(9)), 2),
+    (lambda: zip([1, 2], (i for i in range(9))), None), (lambda: enumerate(iter(int, 1)), None),
     (lambda: tf.data.Dataset.range(4), 4), (_infinite, None),
     (lambda: type("Broken", (), {"__len__": lambda self: 1 / 0})(), None),
 ])

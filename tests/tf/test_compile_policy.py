@@ -135,10 +135,12 @@ def shallow(h):
 
 def calls_in_the_loop(loop, steps: int = 60):
     """A steady segment that is one call and a few ops, run in the loop's thread (it is not
-    graph-bound), whose loss is read every step, as a training step's is."""
+    graph-bound), whose loss is read every step, as a training step's is. Over a generator: with
+    the loop's length known, the few ops' rent over the iterations left may repay the compile
+    (test_compile_horizon.py), and this is about the call's rent."""
     w = tf.Variable(tf.fill((4, 4), 0.5))
     out = []
-    for _ in loop(range(steps)):
+    for _ in loop(i for i in range(steps)):
         h = shallow(w)
         w.assign_add(h * 1e-3)
         out.append(float(tf.reduce_sum(h)))
