@@ -15,7 +15,6 @@ and builds the TraceGraph; ``eager`` runs the loop untouched with the same stati
 
 from __future__ import annotations
 
-import operator
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 from . import heap
 from .errors import TerraError, TerraUsageError
+from .loop_length import loop_length
 from .modes import CoexecEngine, EagerEngine, IterationResult, Learned, TraceEngine
 from .options import MODES, check_options
 from .regions import Explained, Interception, RegionSummary
@@ -205,7 +205,7 @@ class Terra:
                 f"Terra.loop() needs an iterable (a list, a generator, a tf.data.Dataset ...), "
                 f"got {type(iterable).__name__}"
             ) from None
-        return self._iterate(iterator, _length(iterable))
+        return self._iterate(iterator, loop_length(iterable))
 
     def step(self) -> _Step:
         """Context manager for one iteration, for loops that are not a ``for`` over an iterable."""
@@ -378,19 +378,6 @@ class Terra:
             self._spans.add(python)
             if runner is not None:
                 self._spans.add(self._graph_feed.take(runner.graph.spans))
-
-
-def _length(iterable: Iterable[Any]) -> int | None:
-    """How many items ``iterable`` holds, if it says: ``len``, an iterator's length hint, or for
-    an ``enumerate`` or ``zip`` those of the iterators it goes over (its pickle state)."""
-    if type(iterable) in (enumerate, zip):
-        inner = [_length(it) for it in iterable.__reduce__()[1] if not isinstance(it, int)]
-        return None if not inner or None in inner else min(inner)
-    try:
-        length = operator.length_hint(iterable, -1)
-    except Exception:  # noqa: BLE001 - a __len__ that fails: the loop runs without it
-        return None
-    return length if length >= 0 else None
 
 
 __all__ = ["MODES", "Fallback", "IterationStats", "Learned", "Terra"]

@@ -12,7 +12,7 @@ from what_ran import assert_coexecuted
 from terra_nb import Terra
 from terra_nb.coexec.compile_policy import LOOKAHEAD, CompilePolicy
 from terra_nb.coexec.lower import Segment, SegmentOp, Wire
-from terra_nb.session import _length
+from terra_nb.loop_length import loop_length
 
 
 def _young(policy: CompilePolicy, iterations, rents):
@@ -53,6 +53,13 @@ def test_a_loop_about_to_end_compiles_nothing_and_a_first_slow_run_does_not_coun
     assert not policy.worth_compiling(("k",))
 
 
+def _nested_enumerate(depth: int):
+    it = [1, 2]
+    for _ in range(depth):
+        it = enumerate(it)
+    return it
+
+
 def _infinite():
     return tf.data.Dataset.range(3).repeat()
 
@@ -64,9 +71,13 @@ def _infinite():
     (lambda: zip([1, 2], (i for i in range(9))), None), (lambda: enumerate(iter(int, 1)), None),
     (lambda: tf.data.Dataset.range(4), 4), (_infinite, None),
     (lambda: type("Broken", (), {"__len__": lambda self: 1 / 0})(), None),
+    (lambda: iter(tf.data.Dataset.range(10).batch(3)), 4),  # %%terra: iter(dataset)
+    (lambda: enumerate(tf.data.Dataset.range(5)), 5), (lambda: iter(_infinite()), None),
+    (lambda: _nested_enumerate(5000), None),  # deeper than the recursion limit: no length
+    (lambda: type("Odd", (), {"__length_hint__": lambda self: 2.5, "__iter__": iter})(), None),
 ])
 def test_the_loops_length_is_len_or_a_length_hint(make, length):
-    assert _length(make()) == length
+    assert loop_length(make()) == length
 
 
 STEPS = 120
