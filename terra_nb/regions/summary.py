@@ -38,6 +38,10 @@ class RegionRow:
     def form(self, ops: int) -> None:
         self.state, self.reason, self.ops, self.refusals = "formed", "", ops, 0
 
+    def collected(self) -> None:
+        """Its object was collected: listed still, no longer formed."""
+        self.state, self.reason = "tracing", "its object was collected"
+
     def miss(self, reason: str) -> None:
         self.misses += 1
         self.state, self.reason, self.last_miss = "tracing", reason, reason

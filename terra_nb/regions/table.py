@@ -121,7 +121,7 @@ class Regions:
                 if row is None:
                     continue
                 if row.hits:  # listed still, under a key no object has
-                    row.state, row.reason = "tracing", "its object was collected"
+                    row.collected()
                     self.rows[("collected", id(row), *key)] = row
                 else:
                     self._fold(row)

@@ -329,7 +329,8 @@ export function mountGraph(model, el) {
     mouseleave: () => { drag = null; const sel = model.get("selected"); if (sel) showDetails(sel); },
   };
   for (const [name, fn] of Object.entries(handlers)) viewport.addEventListener(name, fn);
-  search.addEventListener("input", () => { model.set("search", search.value); model.save_changes(); find(); });
+  // typing sets the model; its change event (for every view of it) runs the search once
+  search.addEventListener("input", () => { model.set("search", search.value); model.save_changes(); });
   const onSearch = () => { if (search.value !== model.get("search")) search.value = model.get("search"); find(); };
   buttons[0].addEventListener("click", fit);
   buttons[1].addEventListener("click", () => zoom(1 / 1.4));
