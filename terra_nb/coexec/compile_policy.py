@@ -23,21 +23,14 @@ calls then 2 ms of Python: 3.4 -> 2.0 ms iterations once compiled). The estimate
 compiles measured on this machine.
 
 When the loop's length is known (its iterable has a ``len``: a list, a range, a finite
-``tf.data.Dataset``; ``horizon``), the rental knows how long it lasts: a segment rents ahead what
-its runs in the iterations left would pay, at the rate it has been submitted since its first, per
-run the least of its mean rent and its last one (a first run instantiates functions). A segment
+``tf.data.Dataset``; ``horizon``), the rental knows how long it lasts (``rental.py``): a segment
 worth compiling compiles at its third submission, early in the loop, and one that would not pay
 for its compile before the loop ends never does (rnn-varlen, lengths 6, 8, 10, 8: each length's
 segments compiled after ~20 runs, mid-loop, where each compile held Python up; a 30-iteration
-cell compiles what 30 iterations repay).
-
-Without a length, a segment on the loop's steady path (submitted in nearly every iteration since
-its first, three in a row at least) will recur: it rents ahead, as if the next ``LOOKAHEAD``
-iterations had paid the mean rent of its runs so far, so a segment of plain ops compiles at once
-(yolov3, dcgan: their compiles stay out of the timed iterations) while one that is mostly a
-region's calls still does not (resnet50: the same throughput without, and 0.2 s less in all).
-Steadiness is a share, not a run: a loop drawing one of a few lengths at random meets each length
-twice in a row now and then.
+cell compiles what 30 iterations repay). Without a length, a segment on the loop's steady path
+rents ``LOOKAHEAD`` iterations ahead, so a segment of plain ops compiles at once (yolov3, dcgan:
+their compiles stay out of the timed iterations) while one that is mostly a region's calls still
+does not (resnet50: the same throughput without, and 0.2 s less in all).
 
 Until it is compiled, a segment that is mostly graph compute (its interpreted run takes far longer
 than dispatching its ops) runs interpreted on the GraphRunner thread, so Python goes on meanwhile;
@@ -56,35 +49,23 @@ from dataclasses import dataclass
 from ..capture.functions import function_def
 from ..capture.signature import op_info
 from .lower import Segment
+from .rental import Rental
 
 COMPILE_BASE_S = 0.015  # a new segment's compile and first run, before its ops ...
 COMPILE_PER_OP_S = 0.00015  # ... and per op, those of the functions it calls included
 DISPATCH_S = 0.00004  # dispatching one op eagerly from Python
 GRAPH_BOUND = 50.0  # a run this many times its ops' dispatch is mostly graph compute
-STEADY_SHARE = 0.9  # submitted in this share of the iterations since its first ...
-STEADY_AFTER = 3  # ... and in this many: the steady path
-LOOKAHEAD = 20  # iterations of rent a steady segment pays ahead
 
 
-@dataclass
-class Young:
-    """A segment not compiled yet: its plain data, its compile estimate (before the policy's
-    learned scale), its interpreted time."""
+@dataclass(kw_only=True)
+class Young(Rental):
+    """A segment not compiled yet: its plain data and its rent account (its compile estimate is
+    before the policy's learned scale)."""
 
     segment: Segment
-    estimate: float
     calls_only: bool = False  # every op calls a function: TensorFlow runs it without the GIL
-    spent: float = 0.0
     graph_bound: bool = False
-    rent: float = 0.0  # what its next interpreted run will lose against a compiled one ...
-    runs: int = 0  # ... the mean over its runs so far: one slow run, 20 times, would compile it
-    last_rent: float = 0.0  # the last run's
-    submitted: int = 0  # how many times it was submitted
     seconds: float = 0.0  # the mean time of its runs: graph-bound needs it and the last one
-    first: int = -1  # the iteration it was first submitted in
-    last: int = -1  # ... and last
-    iterations: int = 0  # how many iterations submitted it
-    steady: bool = False  # submitted in nearly every iteration since its first: see above
 
 
 def _calls_only(segment: Segment) -> bool:
@@ -122,7 +103,8 @@ class CompilePolicy:
             if len(self._young) >= self.max_young:
                 self._young.clear()
             segment = make()
-            young = self._young[key] = Young(segment, compile_estimate(segment),
+            young = self._young[key] = Young(segment=segment,
+                                             estimate=compile_estimate(segment),
                                              calls_only=_calls_only(segment))
         return young
 
@@ -132,31 +114,7 @@ class CompilePolicy:
         young = self._young.get(key)
         if young is None:
             return True
-        return young.spent + self._ahead(young) >= young.estimate * self.scale
-
-    def _ahead(self, young: Young) -> float:
-        """The rent ``young``'s coming interpreted runs would pay (see the module docstring)."""
-        if self.horizon is None:
-            # ahead by the next run's rent: a first run waits in the loop's thread, later ones
-            # may not
-            return LOOKAHEAD * young.rent if young.steady else 0.0
-        if young.runs < 2:  # one run: its rent may be mostly functions instantiated
-            return 0.0
-        rate = young.submitted / (young.last - young.first + 1)
-        left = max(0, self.horizon - 1 - young.last)
-        return rate * left * min(young.rent, young.last_rent)
-
-    @staticmethod
-    def sighted(young: Young, iteration: int) -> None:
-        """``young`` is submitted in ``iteration``."""
-        young.submitted += 1
-        if young.iterations == 0:
-            young.first = iteration
-        if young.iterations == 0 or iteration != young.last:
-            young.iterations += 1
-        young.last = iteration
-        span = iteration - young.first + 1
-        young.steady = young.iterations >= max(STEADY_AFTER, STEADY_SHARE * span)
+        return young.due(self.horizon, self.scale)
 
     def ran(self, young: Young, seconds: float, calls: float = 0.0,
             waited: float | None = None) -> None:
@@ -166,17 +124,14 @@ class CompilePolicy:
         # a compiled run would spend the called functions' time alike (region F and B, user
         # functions): the rest is rent (dispatch, the parallelism one executor finds, and in the
         # loop's thread Python's wait for the graph)
-        rent = seconds - calls + (waited or 0.0)
-        young.spent += rent
-        young.runs += 1
-        young.seconds += (seconds - young.seconds) / young.runs
+        lost = seconds - calls + (waited or 0.0)
+        young.seconds += (seconds - young.seconds) / (young.runs + 1)
         # one slow run among quick ones is no graph compute (a busy machine), nor are slow
         # first runs (functions instantiated) once a quick one comes
         quick = min(seconds, young.seconds)
         young.graph_bound = (young.calls_only
                              or quick > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops))
-        young.last_rent = seconds - calls if young.graph_bound else rent
-        young.rent += (young.last_rent - young.rent) / young.runs
+        young.paid(lost, seconds - calls if young.graph_bound else lost)
         if waited is not None:
             self._overlap = (young, time.perf_counter(), calls)
 

@@ -189,7 +189,7 @@ class GraphRunner:
         if cached is not None or self.compile_after <= 1:
             return None
         young = self.policy.young(item.key, lambda: make_segment(item.key, item.entries))
-        self.policy.sighted(young, item.iteration)
+        young.sighted(item.iteration)
         # XLA: no estimate of its compile, so compiled as asked (``compile_after``)
         due = sightings >= self.compile_after and (
             self.xla or self.policy.worth_compiling(item.key))

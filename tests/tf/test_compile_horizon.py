@@ -10,8 +10,9 @@ import tensorflow as tf
 from what_ran import assert_coexecuted
 
 from terra_nb import Terra
-from terra_nb.coexec.compile_policy import LOOKAHEAD, CompilePolicy
+from terra_nb.coexec.compile_policy import CompilePolicy
 from terra_nb.coexec.lower import Segment, SegmentOp, Wire
+from terra_nb.coexec.rental import LOOKAHEAD
 from terra_nb.loop_length import loop_length
 
 
@@ -20,7 +21,7 @@ def _young(policy: CompilePolicy, iterations, rents):
         (SegmentOp(0, "AddV2", (("T", "float32"),), (Wire("arg", 0), Wire("arg", 0)), 1),),
         (("float32", ()),), ((0, 0),)))
     for iteration, rent in zip(iterations, rents):
-        policy.sighted(young, iteration)
+        young.sighted(iteration)
         policy.ran(young, seconds=rent * young.estimate)
     return young
 

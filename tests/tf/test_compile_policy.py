@@ -18,8 +18,9 @@ from what_ran import assert_coexecuted
 
 from terra_nb import Terra
 from terra_nb.coexec import graph_runner as runners
-from terra_nb.coexec.compile_policy import LOOKAHEAD, CompilePolicy, compile_estimate
+from terra_nb.coexec.compile_policy import CompilePolicy, compile_estimate
 from terra_nb.coexec.lower import Segment, SegmentOp, Wire
+from terra_nb.coexec.rental import LOOKAHEAD
 
 # deep's call takes ~20 ms here: twice GRAPH_BOUND's 10 ms for its 5-op segment, so its runs do
 # not flip between threads (with 200 steps it took ~10 ms, and a run in the loop's thread paid all
@@ -287,7 +288,7 @@ def test_steady_is_nearly_every_iteration_since_the_first(iterations, steady):
     policy = CompilePolicy()
     young = policy.young(("k",), lambda: _segment(1))
     for iteration in iterations:
-        policy.sighted(young, iteration)
+        young.sighted(iteration)
     assert young.steady is steady
     # a run whose rent is a twentieth of the compile: a steady segment pays ahead, others wait
     policy.ran(young, seconds=young.estimate / LOOKAHEAD)
@@ -359,10 +360,10 @@ def test_one_slow_run_of_a_steady_segment_does_not_pay_its_compile_ahead():
     young = policy.young(("k",), lambda: _segment(4))
     small = young.estimate / LOOKAHEAD / 20
     for iteration in range(9):
-        policy.sighted(young, iteration)
+        young.sighted(iteration)
         policy.ran(young, seconds=small)
     assert young.steady and not policy.worth_compiling(("k",))
-    policy.sighted(young, 9)
+    young.sighted(9)
     policy.ran(young, seconds=young.estimate / LOOKAHEAD * 2)  # alone, it would pay 2 compiles
     assert not policy.worth_compiling(("k",))
     assert young.rent == pytest.approx((9 * small + young.estimate / LOOKAHEAD * 2) / 10)
