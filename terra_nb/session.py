@@ -213,7 +213,7 @@ class Terra:
         return _Step(self)
 
     def _iterate(self, iterator: Iterator[Any], length: int | None) -> Iterator[Any]:
-        self._engine.expect_end(None if length is None else len(self._stats) + length)
+        self._expect_end(None if length is None else len(self._stats) + length)
         try:
             for item in iterator:  # the iterable's own ops run outside any iteration: feeds
                 self._begin(sys._getframe(1))
@@ -225,7 +225,14 @@ class Terra:
                     self._end(ended)
             self._engine.drain()  # an op that failed in the graph raises here, inside the loop
         finally:
-            self._engine.expect_end(None)
+            self._expect_end(None)
+
+    def _expect_end(self, iteration: int | None) -> None:
+        """The loop ends before ``iteration`` (None: not known): compiles and tape regions are
+        rented against it (``coexec/rental.py``)."""
+        self._engine.expect_end(iteration)
+        if self._interception is not None:
+            self._interception.expect_end(iteration)
 
     def _check_open(self, what: str) -> None:
         if self._state == "new":
@@ -245,7 +252,7 @@ class Terra:
         with self._engine.critical():
             iteration.enter_context(self._engine.begin(root_frame, len(self._stats)))
             if self._interception is not None:  # inside the engine's capture: regions tee in
-                iteration.enter_context(self._interception.iteration())
+                iteration.enter_context(self._interception.iteration(len(self._stats)))
             self._iteration = iteration  # only once it began: an error raised there ends nothing
             self._t_start = time.perf_counter()
 

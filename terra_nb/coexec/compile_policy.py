@@ -72,14 +72,20 @@ def _calls_only(segment: Segment) -> bool:
     return bool(segment.ops) and all(op_info(op.op_type).function for op in segment.ops)
 
 
-def compile_estimate(segment: Segment) -> float:
-    """Seconds a compile of ``segment`` (and its first run) is estimated to take here."""
-    ops = len(segment.ops)
-    for op in segment.ops:
+def ops_to_compile(ops) -> int:
+    """How many ops compiling ``ops`` (SegmentOps) instantiates: theirs and those of the functions
+    they call (instantiated anew for each caller)."""
+    n = len(ops)
+    for op in ops:
         if op_info(op.op_type).function:
             fdef = function_def(op.op_type)
-            ops += len(fdef.node_def) if fdef is not None else 0
-    return COMPILE_BASE_S + COMPILE_PER_OP_S * ops
+            n += len(fdef.node_def) if fdef is not None else 0
+    return n
+
+
+def compile_estimate(segment: Segment) -> float:
+    """Seconds a compile of ``segment`` (and its first run) is estimated to take here."""
+    return COMPILE_BASE_S + COMPILE_PER_OP_S * ops_to_compile(segment.ops)
 
 
 class CompilePolicy:

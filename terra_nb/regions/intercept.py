@@ -196,10 +196,17 @@ class Interception:
         return [RunnerSpan("python", "region", iteration, phase, start, end, call)
                 for call, start, end in marks]
 
+    def expect_end(self, iteration: int | None) -> None:
+        """The loop ends before ``iteration`` (None: not known): the tape regions rent against
+        it."""
+        self.regions.tapes.expect_end(iteration)
+
     @contextlib.contextmanager
-    def iteration(self):
-        """Inside one Terra iteration: this thread's outermost Keras calls go to the regions."""
+    def iteration(self, index: int):
+        """Inside Terra iteration ``index``: this thread's outermost Keras calls go to the
+        regions."""
         _local.regions, _local.depth = self.regions, 0
+        self.regions.tapes.iteration = index
         self.regions.marks = []  # (those of an iteration nobody took the marks of)
         try:
             yield

@@ -1,12 +1,21 @@
 """The tape regions of one Terra: each recording tape's copy (``tape.TapeTee``), and at
 ``gradient`` a hit, a guard miss or a formation.
 
-A call site forms its G after two calls with equal recordings (ops, attrs, wiring, argument
-specs, variable handles, the variables watched and the sources), and only if G's gradients equal
-the tape's own bit for bit on the second call. Anything the copy cannot see makes the call run
-TensorFlow's gradient as always: a custom gradient or a tf.function on the tape, ``tape.watch``,
-a persistent tape, another tape recording the gradient, output gradients,
-``unconnected_gradients=ZERO``, sources that are not variables.
+A recording (its ops, attrs, wiring, argument specs, variable handles, the variables watched and
+the sources) forms its G once that pays, by the rule of the compile policy (``coexec/rental.py``):
+the Python its gradients cost, run by the tape, against G's formation. G's gradients must equal
+the tape's own bit for bit on its first call. A call where a region was traced or formed records
+what the next call will not (the call's ops, not the region): it neither forms nor pays.
+
+A copy costs Python too (~2 ms a step for rnn-varlen's 21 ops: each op copied, and the copy wired
+at ``gradient``). So where the loop's length is known and a recording's G is not due after
+``DECLINE_AFTER`` paid calls, it never will be in this loop (its rent paid and ahead stay about
+the same): its copies are passed to TensorFlow unwired, a call site without a G is declined, and
+once every call site is, tapes are no longer copied until the next loop.
+
+Anything the copy cannot see makes the call run TensorFlow's gradient as always: a custom
+gradient or a tf.function on the tape, ``tape.watch``, a persistent tape, another tape recording
+the gradient, output gradients, ``unconnected_gradients=ZERO``, sources that are not variables.
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ from tensorflow.python.ops.unconnected_gradients import UnconnectedGradients
 from .. import capture
 from ..capture import hooks
 from ..capture.location import user_line
+from ..coexec.compile_policy import ops_to_compile
+from ..coexec.rental import Rental
 from ..trace.tracegraph import RegionCall
 from .region import _gradient as region_gradient
 from .summary import RegionRow
@@ -32,8 +43,12 @@ _TEE = "_terra_tape_tee"  # a tape's copy, in the tape's __dict__ (it dies with 
 MAX_TABLE = 64  # G functions per Terra: beyond, a recording that changes every call
 MAX_PENDING = 256
 MAX_MATCHED = 256  # copy keys answered without wiring
-FORM_AFTER = 3  # calls with one recording before its G forms: worth a compile and a new op
-QUICK_FORMS = 4  # Gs a call site with a G forms at a recording's first call (new specs)
+# G's trace and first run: ~15 ms, and ~0.5 ms per op instantiated (measured: mlp 25 ops 20-24
+# ms, cnn 66 ops 67 ms, rnn 95-151 ops 63-106 ms), scaled by what this Terra measures ...
+FORM_BASE_S, FORM_PER_OP_S = 0.015, 0.0005
+FALLBACK_FACTOR = 2.0  # ... and as much again: its new op makes the next co-executed run fall back
+HIT_S = 0.0004  # a G's call, before this Terra measures its own
+DECLINE_AFTER = 3  # paid calls after which a G not due is declined (the loop's length known)
 NAME = "GradientTape.gradient"
 
 
@@ -43,19 +58,34 @@ class Tapes:
     def __init__(self, regions) -> None:
         self.regions, self.rows = regions, regions.rows
         self.table: dict[tuple, TapeRegion] = {}
-        self.pending: dict[tuple, int] = {}  # key -> calls with it so far (G not formed)
+        self.pending: dict[tuple, Rental] = {}  # key -> its calls' rent (G not formed)
+        self.iteration = 0  # the Terra iteration running now ...
+        self.horizon: int | None = None  # ... and the one the loop ends before (None: unknown)
+        self.scale = 1.0  # G's measured formation / its estimate
+        self.hit_s = HIT_S  # a G's call, as measured
+        self.declined: set[str] = set()  # call sites whose G would not pay in this loop ...
+        self.resting = False  # ... all of them: tapes are not copied
         self.active: list[TapeTee] = []
         self.enabled = False  # Terra(regions="tapes"): experimental, off by default
-        self.quick: dict[str, int] = {}  # call site -> Gs formed at a first call
         self.calls: dict[str, RegionCall] = {}
-        self.matched: dict[tuple, tuple] = {}  # copy key -> (G, where its arguments are)
+        self.matched: dict[tuple, tuple] = {}  # copy key -> (G, where its arguments are) ...
+        self.passed: set[tuple] = set()  # ... or declined: TensorFlow's gradient, not wired
+
+    def expect_end(self, iteration: int | None) -> None:
+        """The loop ends before ``iteration`` (None: not known). A new loop's length may repay
+        what the last one's did not: declined recordings and call sites are tried again."""
+        self.horizon = iteration
+        if iteration is not None:
+            self.declined.clear()
+            self.passed.clear()
+            self.resting = False
 
     # -- while tapes record -----------------------------------------------------------------
 
     def push(self, tape, original) -> None:
         original(tape)
         sink = hooks.current_sink()
-        if tape._persistent or sink is None:
+        if tape._persistent or sink is None or self.resting:
             return
         tee = tape.__dict__.get(_TEE)
         if tee is None:  # pushed again after ``stop_recording``: the same copy goes on
@@ -109,28 +139,35 @@ class Tapes:
         if region is None or new is not None:  # one call site: the tape's gradient ops keep
             theirs = original(tape, target, sources, output_gradients, unconnected_gradients)
         if region is None:
+            if isinstance(values, Rental):  # G not formed yet: it would have saved this much
+                values.paid(max(0.0, time.perf_counter() - start - self.hit_s))
             return theirs
+        ran = time.perf_counter()
         grads = region.run(values)  # one call site too, for G's op
         if new is not None:  # a new G: formed if its gradients are the tape's
-            return self._check(new, region, row, grads, theirs)
+            return self._check(new, region, row, grads, theirs, time.perf_counter() - ran)
         row.hits += 1
-        self.regions.marks.append((NAME, start, time.perf_counter()))
+        end = time.perf_counter()
+        self.hit_s += (end - start - self.hit_s) / 8  # recent hits weigh most
+        self.regions.marks.append((NAME, start, end))
         tape._watched_variables, tape._tape = tape._tape.watched_variables(), None
         return type(sources)(grads)
 
     def _plan(self, tape, target, sources, plain: bool) -> tuple:
         """(G, the values it reads, the call site's row, what forming it needs) for this call:
-        a formed G (the last None), a new one to check, or None (TensorFlow's gradient alone)."""
+        a formed G (the last None), a new one to check, or None (TensorFlow's gradient alone;
+        then the recording's rent account for the call to pay, if it has one, or None)."""
         tee = tape.__dict__.pop(_TEE, None)
         none = (None,) * 4
         if tee is None or tee.broken or tape._tape is None or not plain \
-                or type(sources) not in (list, tuple) or not isinstance(target, tf.Tensor):
+                or type(sources) not in (list, tuple) or not isinstance(target, tf.Tensor) \
+                or self.regions.changed:  # a region traced or formed: not the next call's ops
             return none
         handles = [backprop._handle_or_self(s) for s in sources]
         if not all(isinstance(h, tf.Tensor) and h.dtype == tf.resource for h in handles):
             return none
         row = self._row()
-        if row.state == "refused":
+        if row.state == "refused" or row.source in self.declined:
             return none
         if tape._recording:
             tape._pop_tape()
@@ -142,6 +179,8 @@ class Tapes:
             matched = self.matched.get(copy.key)
             if matched is not None:  # the guard: no wiring
                 return matched[0], CopyValues(copy, matched[1]), row, None
+            if copy.key in self.passed:
+                return none
             rec = TapeRecording(tee, target, watched)
         except Exception:  # noqa: BLE001 - an op the copy cannot wire: TensorFlow's gradient
             return none
@@ -154,8 +193,28 @@ class Tapes:
             return region, rec, row, None
         if row.state == "formed":
             row.misses += 1  # other ops or specs than those of its G functions
-        region = self._new(key, rec, src, row)
-        return region, rec, row, (key, copy, rec)
+        return self._rent(key, copy, rec, src, row)
+
+    def _rent(self, key: tuple, copy: CopyKey, rec: TapeRecording, src: tuple,
+              row: RegionRow) -> tuple:
+        """``_plan`` for a recording with no G: a new G if forming it pays now; else its rent
+        account, or None once declined."""
+        none = (None,) * 4
+        rental = self.pending.get(key)
+        if rental is None:
+            if len(self.pending) >= MAX_PENDING:
+                self.pending.clear()
+            rental = self.pending[key] = Rental(estimate=_estimate(rec), cautious=True)
+        rental.sighted(self.iteration)
+        built = time.perf_counter()
+        region = self._new(key, rec, src, row, rental)
+        if region is None:
+            if self.horizon is not None and rental.runs >= DECLINE_AFTER:
+                self._decline(row, copy)
+                return none
+            row.note("traced")
+            return None, rental, row, None
+        return region, rec, row, (key, copy, rec, rental, time.perf_counter() - built)
 
     def _match(self, copy: CopyKey, rec: TapeRecording, region: TapeRegion) -> None:
         """Answer copies with ``copy``'s key by ``region`` without wiring them."""
@@ -172,34 +231,44 @@ class Tapes:
             row = self.rows[("tape", site)] = RegionRow(NAME, site, call)
         return row
 
-    def _new(self, key: tuple, rec: TapeRecording, src: tuple, row: RegionRow):
-        """G for a recording seen ``FORM_AFTER`` times, or at once where G formed for other
-        specs (a new batch size: its first call is checked against the tape anyway); None
-        otherwise."""
-        seen = self.pending.get(key, 0) + 1
-        quick = row.state == "formed" and self.quick.get(row.source, 0) < QUICK_FORMS
-        ready = (seen >= FORM_AFTER or quick) and len(self.table) < MAX_TABLE
-        if ready and not rec.created_vars:
-            self.quick[row.source] = self.quick.get(row.source, 0) + (seen < FORM_AFTER)
+    def _new(self, key: tuple, rec: TapeRecording, src: tuple, row: RegionRow,
+             rental: Rental) -> TapeRegion | None:
+        """G for a recording seen twice or more whose formation pays (``rental``); None
+        otherwise (a new batch size's too: its own calls must repay its G)."""
+        due = rental.submitted >= 2 and rental.due(self.horizon, self.scale)
+        if due and not rec.created_vars and len(self.table) < MAX_TABLE:
             try:
                 with capture.bypass():
                     return TapeRegion(rec, src, "tape_gradient")
             except Exception as error:  # noqa: BLE001 - e.g. an op without a gradient function
                 row.refuse(f"cannot build the gradient function: {error}")
-                return None
-        if len(self.pending) >= MAX_PENDING:
-            self.pending.clear()
-        self.pending[key] = seen
-        row.note("traced")
         return None
 
-    def _check(self, new: tuple, region: TapeRegion, row: RegionRow, mine: list, theirs):
+    def _decline(self, row: RegionRow, copy: CopyKey) -> None:
+        """``copy``'s recording would not repay its G before the loop ends: its copies are
+        passed to TensorFlow unwired, and a call site without a G is declined whole."""
+        if len(self.passed) >= MAX_MATCHED:
+            self.passed.clear()
+        self.passed.add(copy.key)
+        if row.state == "formed":
+            return
+        row.note("declined: its G would not repay its formation before the loop ends")
+        self.declined.add(row.source)
+        self.resting = all(key[1] in self.declined for key in self.rows if key[0] == "tape")
+
+    def _check(self, new: tuple, region: TapeRegion, row: RegionRow, mine: list, theirs,
+               ran: float):
         """Form G if its gradients equal the tape's bit for bit. G's are returned then: its op
         is in this iteration's trace (one run for real, ``_new``), so its next call is known.
-        ``new``: G's key, the copy's key and its wiring."""
-        key, copy, rec = new
+        ``new``: G's key, the copy's key, its wiring, its rent account and the seconds its
+        build took; ``ran``: its first run's."""
+        key, copy, rec, rental, built = new
         with capture.bypass(), capture.quiet_reads():  # terra-nb's check: no program read
             same = all(_same(a, b) for a, b in zip(mine, theirs))
+        self.pending.pop(key, None)
+        if rental.estimate > 0:  # later estimates scaled to what this one measured
+            formed = FALLBACK_FACTOR * (built + ran) / rental.estimate
+            self.scale = min(10.0, max(0.1, 0.5 * self.scale + 0.5 * formed))
         if not same:
             row.refuse("its compiled gradient differs from the tape's (a gradient the copy "
                        "cannot see)")
@@ -211,6 +280,12 @@ class Tapes:
         self.calls[fn.name] = RegionCall(fn.name, NAME, "backward", row.source, row.call,
                                          fn.op_types())
         return type(theirs)(mine)
+
+
+def _estimate(rec: TapeRecording) -> float:
+    """Seconds forming ``rec``'s G is estimated to cost: its trace and first run, and the
+    fallback its new op causes."""
+    return FALLBACK_FACTOR * (FORM_BASE_S + FORM_PER_OP_S * ops_to_compile(rec.ops))
 
 
 def _same(a, b) -> bool:

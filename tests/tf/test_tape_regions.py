@@ -14,10 +14,19 @@ from region_programs import compare, data, formed, rows, sequential, state_of
 from tensorflow.python.eager import imperative_grad
 
 from terra_nb import Terra, TerraUsageError
+from terra_nb.regions import tapes
 
 TAPES = {"regions": "tapes"}
 TAPE = "GradientTape.gradient"
 RAN: collections.Counter = collections.Counter()  # TensorFlow's gradients run, per run
+
+
+@pytest.fixture(autouse=True)
+def formation_is_free(monkeypatch):
+    """G forms at a recording's second call: these loops are too short to repay a formation's
+    real cost (the rent rule has its own tests, ``test_tape_rental.py``)."""
+    monkeypatch.setattr(tapes, "FORM_BASE_S", 0.0)
+    monkeypatch.setattr(tapes, "FORM_PER_OP_S", 0.0)
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,100 @@
+"""When a tape region's G forms (``regions/tapes.py``): once the Python its gradients cost pays for
+G's formation, by the compile policy's rule (``coexec/rental.py``). A loop too short to repay it
+declines the call site and stops copying tapes; a recording made while a region formed forms
+nothing. Every loop is compared with eager (values and variables bit-identical) and asserts what
+ran: rows, Gs formed, tapes copied, co-executed share."""
+
+import pytest
+from region_programs import compare, data, training
+
+from terra_nb.coexec.rental import LOOKAHEAD, Rental
+from terra_nb.regions import tapes
+
+TAPE = "GradientTape.gradient"
+
+
+def tape_row(terra):
+    (row,) = [r for r in terra.regions.rows if r.name == TAPE]
+    return row
+
+
+@pytest.fixture
+def copies(monkeypatch):
+    """The iterations in which a tape was copied (a TapeTee made at its push)."""
+    made: list[int] = []
+    original = tapes.Tapes.push
+
+    def counting(self, tape, push):
+        before = tape.__dict__.get(tapes._TEE)
+        original(self, tape, push)
+        if tape.__dict__.get(tapes._TEE) not in (None, before):
+            made.append(self.iteration)
+
+    monkeypatch.setattr(tapes.Tapes, "push", counting)
+    return made
+
+
+def cost(monkeypatch, seconds: float) -> None:
+    """Every G's formation is estimated at ``seconds`` (its fallback included)."""
+    monkeypatch.setattr(tapes, "FORM_BASE_S", seconds / tapes.FALLBACK_FACTOR)
+    monkeypatch.setattr(tapes, "FORM_PER_OP_S", 0.0)
+
+
+def test_cautious_rent_ahead_is_the_least_run():
+    careful, plain = Rental(estimate=1.0, cautious=True), Rental(estimate=1.0)
+    for rental in (careful, plain):
+        for iteration, lost in enumerate([0.5, 0.1, 0.3]):
+            rental.sighted(iteration)
+            rental.paid(lost)
+    # 10 iterations left (horizon 13, last 2), one call an iteration
+    assert careful.ahead(13) == pytest.approx(10 * 0.1)
+    assert plain.ahead(13) == pytest.approx(10 * 0.3)  # min(mean 0.3, last 0.3)
+    assert plain.spent == careful.spent == pytest.approx(0.9)
+    # no length: three iterations in a row are the steady path, ahead by LOOKAHEAD of them
+    assert careful.steady and careful.ahead(None) == pytest.approx(LOOKAHEAD * 0.1)
+    assert plain.ahead(None) == pytest.approx(LOOKAHEAD * 0.3)  # the mean
+
+
+def test_a_loop_too_short_to_repay_g_declines_and_stops_copying(monkeypatch, copies):
+    cost(monkeypatch, 1000.0)
+    terra, _, _ = compare(training(steps=16), {"regions": "tapes"})
+    row = tape_row(terra)
+    assert row.state == "tracing" and row.reason.startswith("declined"), terra.regions
+    assert not terra.learned.regions.tapes.table and terra.learned.regions.tapes.resting
+    # paid three co-executed calls, then declined: no tape copied after that
+    assert copies and max(copies) < 12, copies
+    assert len(copies) < 16
+
+
+def test_a_loop_of_unknown_length_keeps_renting(monkeypatch, copies):
+    cost(monkeypatch, 1000.0)
+    batches = data(16)
+
+    def program(loop):
+        return training(batches=batches)(lambda it: loop(x for x in it))
+
+    terra, _, _ = compare(program, {"regions": "tapes"})
+    held = terra.learned.regions.tapes
+    assert tape_row(terra).state == "tracing" and not held.declined
+    assert not held.resting and max(copies) == 15  # every iteration's tape was copied
+
+
+def test_g_forms_once_its_formation_pays_and_learns_its_cost(monkeypatch):
+    cost(monkeypatch, 1e-6)  # due at a recording's second call; its real cost is ~10-100 ms
+    terra, _, _ = compare(training(steps=16), {"regions": "tapes"})
+    row = tape_row(terra)
+    assert row.state == "formed" and row.hits >= 8, terra.regions
+    tapes_ = terra.learned.regions.tapes
+    assert tapes_.scale == 10.0  # measured far above the estimate: the scale's ceiling
+    # the first iterations record the model's ops while its region forms: no G for them
+    assert len(tapes_.table) == 1
+
+
+def test_a_new_loop_tries_a_declined_call_site_again(monkeypatch):
+    cost(monkeypatch, 1000.0)
+    program = training(steps=12)
+    terra, _, _ = compare(program, {"regions": "tapes"})
+    assert tape_row(terra).reason.startswith("declined")
+    cost(monkeypatch, 1e-6)
+    again, _, _ = compare(program, {"regions": "tapes", "learned": terra.learned})
+    assert tape_row(again).state == "formed", again.regions
