@@ -263,8 +263,8 @@ def breakdown(stats) -> tuple[dict[str, float], dict[str, int]]:
 
 
 MODES = ("eager", "tf.function", "lazy", "coexec")
-REGION_MODES = ("lazy+regions", "coexec+regions")  # with --regions
-TAPE_MODES = ("lazy+tapes", "coexec+tapes")  # with --tapes: regions and tape regions
+REGION_MODES = ("lazy+regions", "coexec+regions")  # with --regions (tape regions included)
+CALL_MODES = ("lazy+calls", "coexec+calls")  # with --calls: regions of Keras calls only
 
 
 def measure(build, mode: str, warmup: int, n: int, program: str = "segments"):
@@ -276,7 +276,7 @@ def measure(build, mode: str, warmup: int, n: int, program: str = "segments"):
     if mode == "tf.function":
         return time_function(step, data, warmup, n)
     terra_mode, _, regions = mode.partition("+")
-    regions = {"": False, "regions": True, "tapes": "tapes"}[regions]
+    regions = {"": False, "regions": True, "calls": "calls"}[regions]
     return time_terra(body, data, warmup, n, terra_mode, program, regions=regions)
 
 
@@ -346,14 +346,14 @@ def main() -> None:
     parser.add_argument("--regions", action="store_true",
                         help="also lazy and coexec with regions (Terra's default; the plain "
                              "lazy and coexec columns are op by op)")
-    parser.add_argument("--tapes", action="store_true",
-                        help="also coexec with tape regions: GradientTape.gradient as one "
-                             "function (Terra(regions='tapes'), experimental)")
+    parser.add_argument("--calls", action="store_true",
+                        help="also lazy and coexec with regions of Keras calls only, no tape "
+                             "regions (Terra(regions='calls'))")
     parser.add_argument("--cell", type=int, metavar="N",
                         help="time to benefit: the whole time of an N-iteration cell from fresh "
                              "objects (tracing and compiles included), instead of it/s")
     args = parser.parse_args()
-    modes = MODES + (REGION_MODES if args.regions else ()) + (TAPE_MODES if args.tapes else ())
+    modes = MODES + (REGION_MODES if args.regions else ()) + (CALL_MODES if args.calls else ())
     if args.cell:
         return cell_times(args, modes)
     print(f"{'loop':<13} " + " ".join(f"{m + ' it/s':>16}" for m in modes)

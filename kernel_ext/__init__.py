@@ -9,7 +9,7 @@ Run a training loop under terra-nb
 
         %%terra [--mode coexec|lazy|trace|eager] [--viz | --no-viz] [--max-fallbacks N]
                 [--strict] [--xla] [--compile-after N] [--program segments|whole]
-                [--regions | --no-regions] [--tapes] [--quiet]
+                [--regions | --no-regions] [--no-tapes] [--quiet]
         model = make_model()                  # runs normally
         for x, y in batches():                # the first top-level for/while loop:
             ...                               #   each iteration is one Terra iteration
@@ -30,8 +30,8 @@ Run a training loop under terra-nb
     ``--regions`` (the default, except with ``--program whole``) answers the loop's outermost
     Keras calls (a model or layer call, a loss, an optimizer's ``apply_gradients``) with
     compiled regions once they run the same way twice without Python-visible effects
-    (``--no-regions`` leaves them op by op; ``--tapes`` also answers ``GradientTape.gradient``
-    with one compiled function, experimental);
+    and ``GradientTape.gradient`` with one compiled function once that pays (``--no-regions``
+    leaves them op by op; ``--no-tapes`` leaves the tape's gradient op by op);
     ``%terra status`` and ``%terra explain`` list the regions formed, hits, misses, refusals.
     ``--viz`` shows the live dashboard of ``terra_nb.views`` (text progress without it).
     ``--quiet`` shows neither progress nor summary. ``%%terra?`` lists the options.

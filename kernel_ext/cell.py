@@ -37,7 +37,7 @@ class CellOptions:
     xla: bool = False
     compile_after: int = 2
     program: str = "segments"
-    regions: bool | str | None = None  # None: Terra's default; "tapes": --tapes
+    regions: bool | str | None = None  # None: Terra's default; "calls": --no-tapes
     viz: bool = False
     quiet: bool = False
     progress_interval: float = 0.5

@@ -81,9 +81,9 @@ class TerraMagics(Magics, Configurable):
         "regions (default: on, except with --program whole)",
     )
     @ma.argument(
-        "--tapes", action="store_true",
-        help="also answer GradientTape.gradient with one compiled function (experimental; "
-        "Terra(regions='tapes'))",
+        "--no-tapes", action="store_true",
+        help="regions answer the Keras calls only, not GradientTape.gradient "
+        "(Terra(regions='calls'))",
     )
     @ma.argument("--quiet", action="store_true", help="no progress line, no summary")
     @output_can_be_silenced
@@ -113,8 +113,9 @@ class TerraMagics(Magics, Configurable):
             raise UsageError(f"--max-fallbacks must be >= 1, got {fallbacks}")
         if args.compile_after < 1:
             raise UsageError(f"--compile-after must be >= 1, got {args.compile_after}")
-        if args.tapes and args.regions is False:
-            raise UsageError("--tapes answers the tape with regions: drop --no-regions")
+        if args.no_tapes and args.regions is False:
+            raise UsageError("--no-tapes is about regions, which --no-regions turns off: "
+                             "drop one of them")
         self.runner.cache_size = self.cache_size
         return CellOptions(
             mode=args.mode or self.default_mode.lower(),
@@ -123,7 +124,7 @@ class TerraMagics(Magics, Configurable):
             xla=args.xla,
             compile_after=args.compile_after,
             program=args.program,
-            regions="tapes" if args.tapes else args.regions,
+            regions="calls" if args.no_tapes else args.regions,
             viz=self.viz if args.viz is None else args.viz,
             quiet=args.quiet or self.quiet,
             progress_interval=self.progress_interval,

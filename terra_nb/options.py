@@ -23,8 +23,8 @@ def check_options(mode, max_fallbacks, compile_after, program, keep_spans, learn
         raise TerraUsageError(f"program='whole' needs mode='coexec', not {mode!r}")
     if learned is not None and not isinstance(learned, Learned):
         raise TerraUsageError("learned= takes the .learned of an earlier Terra")
-    if regions is not None and not isinstance(regions, bool) and regions != "tapes":
-        raise TerraUsageError(f"regions must be True, False, None or 'tapes', got {regions!r}")
+    if regions is not None and not isinstance(regions, bool) and regions != "calls":
+        raise TerraUsageError(f"regions must be True, False, None or 'calls', got {regions!r}")
     if regions and program == "whole":
         raise TerraUsageError("regions=True needs program='segments' for now: the whole program "
                               "leaves its plan at every region (a function-call op Python runs)")

@@ -113,8 +113,8 @@ class Terra:
         answer outermost Keras calls (models, layers, losses, ``apply_gradients``) with compiled
         regions (DESIGN section 5b; ``terra.regions`` lists them); the default, None, is on in
         the coexec and lazy modes, except with ``program="whole"``, which cannot run them yet;
-        ``"tapes"``: also ``GradientTape.gradient`` as one function (experimental: its first
-        call is a fallback, so short loops lose; ``regions/tapes.py``)."""
+        regions include ``GradientTape.gradient`` as one function once that pays
+        (``regions/tapes.py``), except with ``"calls"``: the Keras calls only."""
         check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned, regions)
         self.use_regions = (mode in ("coexec", "lazy") and program != "whole"
                             if regions is None else regions)
@@ -146,7 +146,7 @@ class Terra:
             )
         self._engine = self._make_engine()
         if self.use_regions:
-            tapes = self.use_regions == "tapes"
+            tapes = self.use_regions != "calls"
             self._interception = Interception(self.learned.regions, tapes=tapes)
             self.learned.regions = self._interception.regions
             try:

@@ -9,14 +9,16 @@ the loop, reaches the cost.
 - With the loop's length known (``horizon``, the iteration it ends before), the rent ahead is its
   submissions per iteration since its first × the iterations left × per run the lesser of its
   mean rent and its last run's (a first run instantiates functions: it counts once a second one
-  came); a ``cautious`` rental takes its least run's rent instead (here and below), for rent that
-  varies with what else runs (a tape's gradient in the loop's first co-executed iterations costs
-  3-5x its later calls, while young segments run op by op beside it). Worth it, it is bought early
-  in the loop; one the rest of the loop would not repay, never.
+  came). Worth it, it is bought early in the loop; one the rest of the loop would not repay, never.
 - Without a length, something on the loop's steady path (submitted in nearly every iteration
   since its first, three at least) will recur: it rents ``LOOKAHEAD`` iterations ahead at its
   mean rent. Steadiness is a share, not a run: a loop drawing one of a few lengths at random meets
   each length twice in a row now and then.
+
+A ``cautious`` rental values every run, paid or ahead, at its least run's rent, its first
+``WARM_RUNS`` left out: for rent that varies with what else runs (a tape's gradient costs 5-10x
+as much in a traced iteration, and 3-5x in the first co-executed ones, while young segments run
+op by op beside it, as later), and for a purchase that costs a fallback as well.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 STEADY_SHARE = 0.9  # submitted in this share of the iterations since its first ...
 STEADY_AFTER = 3  # ... and in this many: the steady path
 LOOKAHEAD = 20  # iterations of rent a steady one pays ahead
+WARM_RUNS = 2  # a cautious rental's first runs set no rent (a traced one, a first co-executed one)
 
 
 @dataclass
@@ -44,7 +47,7 @@ class Rental:
     iterations: int = 0  # how many iterations submitted it
     steady: bool = False  # submitted in nearly every iteration since its first: see above
     least: float = float("inf")  # the least rent of a run
-    cautious: bool = False  # rent ahead at its least run's rent
+    cautious: bool = False  # every run, paid or ahead, at its least run's rent
 
     def sighted(self, iteration: int) -> None:
         """Submitted (again) in ``iteration``."""
@@ -64,19 +67,23 @@ class Rental:
         self.runs += 1
         self.last_rent = lost if rent is None else rent
         self.rent += (self.last_rent - self.rent) / self.runs
-        self.least = min(self.least, self.last_rent)
+        if not self.cautious or self.runs > WARM_RUNS:
+            self.least = min(self.least, self.last_rent)
 
     def ahead(self, horizon: int | None) -> float:
         """The rent its coming slow runs would pay (see the module docstring)."""
+        least = self.least if self.least < float("inf") else 0.0  # (warming up: none yet)
         if horizon is None:
-            return LOOKAHEAD * (self.least if self.cautious else self.rent) if self.steady else 0.0
+            return LOOKAHEAD * (least if self.cautious else self.rent) if self.steady else 0.0
         if self.runs < 2:  # one run: its rent may be mostly functions instantiated
             return 0.0
         rate = self.submitted / (self.last - self.first + 1)
         left = max(0, horizon - 1 - self.last)
-        per_run = self.least if self.cautious else min(self.rent, self.last_rent)
-        return rate * left * per_run
+        return rate * left * (least if self.cautious else min(self.rent, self.last_rent))
 
     def due(self, horizon: int | None, scale: float = 1.0) -> bool:
         """Whether buying it now pays: the rent paid and ahead reach its scaled estimate."""
-        return self.spent + self.ahead(horizon) >= self.estimate * scale
+        if self.cautious and self.least == float("inf"):
+            return False  # warming up: no rent known
+        spent = self.runs * self.least if self.cautious else self.spent
+        return spent + self.ahead(horizon) >= self.estimate * scale

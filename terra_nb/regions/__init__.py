@@ -14,7 +14,7 @@ created; refused when a traced run shows a Python-visible effect.
     region      Region: F, B, a hit; FastCall: a concrete function as one eager op
     families    shape families: calls differing only in argument shapes share one F
     tape        a tape region: a tape's ops copied by a tee, wired; G, its gradient function
-    tapes       Tapes: GradientTape.gradient answered by G (``Terra(regions="tapes")``)
+    tapes       Tapes: GradientTape.gradient answered by G once it pays (off: regions="calls")
     table       Regions: guard, traced calls, formation, hits, misses, refusals
     summary     what the regions did, printable (terra.regions, explain())
     intercept   the wrappers on Keras' and GradientTape's methods while a Terra with regions

@@ -66,7 +66,7 @@ class Tapes:
         self.declined: set[str] = set()  # call sites whose G would not pay in this loop ...
         self.resting = False  # ... all of them: tapes are not copied
         self.active: list[TapeTee] = []
-        self.enabled = False  # Terra(regions="tapes"): experimental, off by default
+        self.enabled = False  # on with regions, except Terra(regions="calls")
         self.calls: dict[str, RegionCall] = {}
         self.matched: dict[tuple, tuple] = {}  # copy key -> (G, where its arguments are) ...
         self.passed: set[tuple] = set()  # ... or declined: TensorFlow's gradient, not wired

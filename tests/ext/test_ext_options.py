@@ -142,12 +142,16 @@ def test_regions_flag_reaches_the_engine_and_the_reports(ip, no_views):
     assert not last(ip).use_regions  # the whole program cannot run them yet
 
 
-def test_tapes_flag_answers_the_tape(ip, no_views):
+def test_tapes_are_on_with_regions_and_no_tapes_turns_them_off(ip, no_views):
     loop = KERAS_LOOP.replace("range(6)", "range(16)")
-    plain, terra = plain_and_terra(ip, "", loop, "--tapes --quiet")
-    assert_same(plain, terra)
-    t = last(ip)
-    assert t.use_regions == "tapes"
-    assert any(r.name == "GradientTape.gradient" and r.hits for r in t.regions.rows), t.regions
-    with pytest.raises(UsageError, match="--tapes answers the tape with regions"):
-        ip.run_cell_magic("terra", "--tapes --no-regions --quiet", "x = 1\n")
+    for flags, tapes in (("--quiet", True), ("--no-tapes --quiet", False)):
+        plain, terra = plain_and_terra(ip, "", loop, flags)
+        assert_same(plain, terra)
+        t = last(ip)
+        assert t.use_regions == (True if tapes else "calls")
+        # the tape's row: formed, or declined in a loop too short to repay its G
+        tape_rows = [r for r in t.regions.rows if r.name == "GradientTape.gradient"]
+        assert bool(tape_rows) is tapes, t.regions
+        assert any(r.name == "Sequential.__call__" and r.hits for r in t.regions.rows)
+    with pytest.raises(UsageError, match="--no-tapes is about regions"):
+        ip.run_cell_magic("terra", "--no-tapes --no-regions --quiet", "x = 1\n")

@@ -273,7 +273,7 @@ def test_calls_outside_iterations_and_other_threads_pass_through():
 
 
 def test_options_and_summary():
-    with pytest.raises(TerraUsageError, match="regions must be True, False, None or .tapes."):
+    with pytest.raises(TerraUsageError, match="regions must be True, False, None or .calls."):
         Terra(regions="yes")
     with pytest.raises(TerraUsageError, match="regions=True needs program='segments'"):
         Terra(regions=True, program="whole")

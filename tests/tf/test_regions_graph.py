@@ -25,7 +25,8 @@ def train(mode: str = "coexec") -> Terra:
     rng = np.random.default_rng(0)
     xs = rng.random((ITERATIONS, 32, 8), dtype=np.float32)
     ys = rng.random((ITERATIONS, 32, 4), dtype=np.float32)
-    with Terra(mode=mode, regions=True) as terra:
+    # the Keras calls' regions only: a tape's G, where it forms, holds the B calls named here
+    with Terra(mode=mode, regions="calls") as terra:
         for i in terra.loop(range(ITERATIONS)):
             x, y = tf.constant(xs[i]), tf.constant(ys[i])
             with tf.GradientTape() as tape:

@@ -1,4 +1,4 @@
-"""Tape regions (``Terra(regions="tapes")``, ``regions/tapes.py``): ``GradientTape.gradient``
+"""Tape regions (on with regions, ``regions/tapes.py``): ``GradientTape.gradient``
 answered by one compiled function G. Every test compares with plain eager execution (values and
 variables bit-identical) AND asserts what ran: the tape's row formed and hit, TensorFlow's own
 gradient (``imperative_grad``) run only where no G answered, and the share of co-executed
@@ -16,7 +16,7 @@ from tensorflow.python.eager import imperative_grad
 from terra_nb import Terra, TerraUsageError
 from terra_nb.regions import tapes
 
-TAPES = {"regions": "tapes"}
+TAPES = {"regions": True}
 TAPE = "GradientTape.gradient"
 RAN: collections.Counter = collections.Counter()  # TensorFlow's gradients run, per run
 
@@ -42,7 +42,7 @@ def counted(monkeypatch):
     RAN.clear()
 
 
-def compare_counted(program, at_least: float = 0.5):
+def compare_counted(program, at_least: float = 0.5, options: dict = TAPES):
     """``compare`` under tape regions; also TensorFlow's gradients run plainly and under Terra."""
     runs = []
 
@@ -52,7 +52,7 @@ def compare_counted(program, at_least: float = 0.5):
         runs.append(RAN["tape"])
         return out
 
-    terra, _, _ = compare(counting_program, TAPES, at_least=at_least)
+    terra, _, _ = compare(counting_program, options, at_least=at_least)
     plain, under_terra = runs
     return terra, plain, under_terra
 
@@ -177,16 +177,17 @@ def test_what_the_copy_cannot_see_runs_tensorflows_gradient(kind):
 
 
 def test_the_option_is_checked():
-    with pytest.raises(TerraUsageError, match="regions must be True, False, None or 'tapes'"):
-        Terra(regions="tape")
-    terra, plain, under_terra = compare_counted(mlp_program)
-    assert terra.use_regions == "tapes"
-    with Terra() as default:  # off by default: the tape runs TensorFlow's gradient
-        for x, _ in default.loop(data(4)):
+    with pytest.raises(TerraUsageError, match="regions must be True, False, None or 'calls'"):
+        Terra(regions="tapes")
+    for options in ({}, TAPES):  # on by default
+        terra, plain, under_terra = compare_counted(mlp_program, options=options)
+        assert formed(terra, TAPE).hits >= 10 and under_terra < plain
+    with Terra(regions="calls") as calls:  # the Keras calls only: TensorFlow's gradient
+        for x, _ in calls.loop(data(4)):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_sum(tf.constant(x))
             tape.gradient(loss, [])
-    assert not rows(default, TAPE)
+    assert not rows(calls, TAPE)
 
 
 def test_matched_copies_are_not_wired_again(monkeypatch):

@@ -40,24 +40,32 @@ def cost(monkeypatch, seconds: float) -> None:
     monkeypatch.setattr(tapes, "FORM_PER_OP_S", 0.0)
 
 
-def test_cautious_rent_ahead_is_the_least_run():
-    careful, plain = Rental(estimate=1.0, cautious=True), Rental(estimate=1.0)
+def test_cautious_rent_is_the_least_run_after_the_warm_ones():
+    careful, plain = Rental(estimate=1e-9, cautious=True), Rental(estimate=1e-9)
     for rental in (careful, plain):
-        for iteration, lost in enumerate([0.5, 0.1, 0.3]):
+        for iteration, lost in enumerate([0.5, 0.4]):
             rental.sighted(iteration)
             rental.paid(lost)
-    # 10 iterations left (horizon 13, last 2), one call an iteration
-    assert careful.ahead(13) == pytest.approx(10 * 0.1)
-    assert plain.ahead(13) == pytest.approx(10 * 0.3)  # min(mean 0.3, last 0.3)
-    assert plain.spent == careful.spent == pytest.approx(0.9)
-    # no length: three iterations in a row are the steady path, ahead by LOOKAHEAD of them
+    assert plain.due(100) and not careful.due(100)  # its first two runs set no rent
+    for rental in (careful, plain):
+        for iteration, lost in enumerate([0.1, 0.3], start=2):
+            rental.sighted(iteration)
+            rental.paid(lost)
+    # 10 iterations left (horizon 14, last 3), one call an iteration
+    assert careful.ahead(14) == pytest.approx(10 * 0.1)
+    assert plain.ahead(14) == pytest.approx(10 * 0.3)  # min(mean 0.325, last 0.3)
+    assert plain.spent == careful.spent == pytest.approx(1.3)
+    # cautious, the runs paid count at the least rent too: 4 * 0.1 + 1.0 against 1.3 + 3.0
+    careful.estimate = plain.estimate = 2.0
+    assert plain.due(14) and not careful.due(14)
+    # no length: the steady path, ahead by LOOKAHEAD iterations
     assert careful.steady and careful.ahead(None) == pytest.approx(LOOKAHEAD * 0.1)
-    assert plain.ahead(None) == pytest.approx(LOOKAHEAD * 0.3)  # the mean
+    assert plain.ahead(None) == pytest.approx(LOOKAHEAD * 0.325)  # the mean
 
 
 def test_a_loop_too_short_to_repay_g_declines_and_stops_copying(monkeypatch, copies):
     cost(monkeypatch, 1000.0)
-    terra, _, _ = compare(training(steps=16), {"regions": "tapes"})
+    terra, _, _ = compare(training(steps=16), {"regions": True})
     row = tape_row(terra)
     assert row.state == "tracing" and row.reason.startswith("declined"), terra.regions
     assert not terra.learned.regions.tapes.table and terra.learned.regions.tapes.resting
@@ -73,7 +81,7 @@ def test_a_loop_of_unknown_length_keeps_renting(monkeypatch, copies):
     def program(loop):
         return training(batches=batches)(lambda it: loop(x for x in it))
 
-    terra, _, _ = compare(program, {"regions": "tapes"})
+    terra, _, _ = compare(program, {"regions": True})
     held = terra.learned.regions.tapes
     assert tape_row(terra).state == "tracing" and not held.declined
     assert not held.resting and max(copies) == 15  # every iteration's tape was copied
@@ -81,7 +89,7 @@ def test_a_loop_of_unknown_length_keeps_renting(monkeypatch, copies):
 
 def test_g_forms_once_its_formation_pays_and_learns_its_cost(monkeypatch):
     cost(monkeypatch, 1e-6)  # due at a recording's second call; its real cost is ~10-100 ms
-    terra, _, _ = compare(training(steps=16), {"regions": "tapes"})
+    terra, _, _ = compare(training(steps=16), {"regions": True})
     row = tape_row(terra)
     assert row.state == "formed" and row.hits >= 8, terra.regions
     tapes_ = terra.learned.regions.tapes
@@ -93,8 +101,8 @@ def test_g_forms_once_its_formation_pays_and_learns_its_cost(monkeypatch):
 def test_a_new_loop_tries_a_declined_call_site_again(monkeypatch):
     cost(monkeypatch, 1000.0)
     program = training(steps=12)
-    terra, _, _ = compare(program, {"regions": "tapes"})
+    terra, _, _ = compare(program, {"regions": True})
     assert tape_row(terra).reason.startswith("declined")
     cost(monkeypatch, 1e-6)
-    again, _, _ = compare(program, {"regions": "tapes", "learned": terra.learned})
+    again, _, _ = compare(program, {"regions": True, "learned": terra.learned})
     assert tape_row(again).state == "formed", again.regions
