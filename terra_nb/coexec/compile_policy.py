@@ -123,13 +123,18 @@ class CompilePolicy:
         return young.due(self.horizon, self.scale)
 
     def ran(self, young: Young, seconds: float, calls: float = 0.0,
-            waited: float | None = None) -> None:
+            waited: float | None = None, compiling: float = 0.0) -> None:
         """An interpreted run of ``young`` took ``seconds``, ``calls`` of them in the functions
         its ops call; in the loop's thread, after Python ``waited`` for the graph to run what was
-        issued before it (None: on the GraphRunner thread, while Python went on)."""
+        issued before it (None: on the GraphRunner thread, while Python went on), ``compiling``
+        of that for compiles."""
         # a compiled run would spend the called functions' time alike (region F and B, user
         # functions): the rest is rent (dispatch, the parallelism one executor finds, and in the
-        # loop's thread Python's wait for the graph)
+        # loop's thread Python's wait for the graph). A wait for a compile is no rent: a compile
+        # happens once, and rent is what later runs lose too (on rnn-varlen each compile's wait
+        # was the next young segment's rent, and compiled it: every length's segments in the
+        # benchmark's window)
+        waited = None if waited is None else max(0.0, waited - compiling)
         lost = seconds - calls + (waited or 0.0)
         young.seconds += (seconds - young.seconds) / (young.runs + 1)
         # one slow run among quick ones is no graph compute (a busy machine), nor are slow
@@ -148,10 +153,7 @@ class CompilePolicy:
             return
         young, ended, calls = self._overlap
         self._overlap = None
-        overlap = min(calls, time.perf_counter() - ended)
-        young.spent += overlap
-        young.last_rent += overlap
-        young.rent += overlap / young.runs  # the mean of its runs' rent, the last one's included
+        young.more(min(calls, time.perf_counter() - ended))
 
     def segments(self) -> tuple[Segment, ...]:
         """The young segments, oldest first."""

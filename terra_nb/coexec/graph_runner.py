@@ -136,6 +136,7 @@ class GraphRunner:
         self.ops_new = 0  # ops in segments submitted for the first time
         self._sightings: dict[tuple, int] = {}
         self.policy = CompilePolicy()
+        self.compile_seconds = 0.0  # spent compiling segments (and their first runs) so far
         self.spans: list[RunnerSpan] = []
         self.error: BaseException | None = None  # the last failure
         self.generation = 0  # bumped when Python is told of a failure
@@ -168,10 +169,10 @@ class GraphRunner:
             self._queue.put(item)  # compiled, or interpreted there while Python goes on
             return
         self.python_waits()
-        waited = time.perf_counter()  # the wait is interpreting's cost too: no overlap
+        waited, compiled = time.perf_counter(), self.compile_seconds
         self._queue.join()  # everything issued before it runs first
         with capture.bypass(), record.stop_recording():  # not Python's ops: nothing to record
-            self._process(item, segment, waited)
+            self._process(item, segment, waited, self.compile_seconds - compiled)
 
     def run_program(self, run: ProgramRun) -> None:
         """Queue a whole program's run for an iteration (runs after the work queued before)."""
@@ -292,9 +293,10 @@ class GraphRunner:
                 self._queue.task_done()
 
     def _process(self, item: WorkItem, interpret: Segment | None = None,
-                 waited: float | None = None) -> None:
+                 waited: float | None = None, compiling: float = 0.0) -> None:
         """Run ``item`` (compiled, or ``interpret``'s ops one by one); keep a failure for Python.
-        ``waited``: when Python began to wait for this run."""
+        ``waited``: when Python began to wait for this run; ``compiling``: how much of the wait
+        was for compiles."""
         start, calls = time.perf_counter(), []
         young = item.young
         try:
@@ -315,7 +317,7 @@ class GraphRunner:
             end = time.perf_counter()
             if young is not None:
                 self.policy.ran(young, end - start, sum(calls),
-                                None if waited is None else start - waited)
+                                None if waited is None else start - waited, compiling)
             self.spans.append(RunnerSpan("graph", "exec", item.iteration, item.phase, start, end))
             item.release()
             item.done.set()
@@ -354,6 +356,7 @@ class GraphRunner:
                 compile_segment(segment, self.handles, False))
             values = function(*args)
         if first is not None:
+            self.compile_seconds += time.perf_counter() - first
             self.policy.learn(item.key, time.perf_counter() - first)
         self._deliver_values(item, values)
 

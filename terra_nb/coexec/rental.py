@@ -48,6 +48,7 @@ class Rental:
     steady: bool = False  # submitted in nearly every iteration since its first: see above
     least: float = float("inf")  # the least rent of a run
     cautious: bool = False  # every run, paid or ahead, at its least run's rent
+    _least_before: float | None = None  # the least before the last run, if that one counted
 
     def sighted(self, iteration: int) -> None:
         """Submitted (again) in ``iteration``."""
@@ -67,8 +68,18 @@ class Rental:
         self.runs += 1
         self.last_rent = lost if rent is None else rent
         self.rent += (self.last_rent - self.rent) / self.runs
+        self._least_before = None
         if not self.cautious or self.runs > WARM_RUNS:
+            self._least_before = self.least
             self.least = min(self.least, self.last_rent)
+
+    def more(self, lost: float) -> None:
+        """The last run lost ``lost`` seconds more than it paid (known only later)."""
+        self.spent += lost
+        self.last_rent += lost
+        self.rent += lost / self.runs  # the mean of its runs' rent, the last one's included
+        if self._least_before is not None:
+            self.least = min(self._least_before, self.last_rent)
 
     def ahead(self, horizon: int | None) -> float:
         """The rent its coming slow runs would pay (see the module docstring)."""

@@ -104,9 +104,10 @@ def test_a_graph_bound_segment_runs_op_by_op_on_the_graph_runner(monkeypatch, pa
 def test_a_run_pays_its_time_outside_its_calls_and_in_the_loops_thread_its_wait(monkeypatch):
     original, rents = CompilePolicy.ran, []
 
-    def ran(self, young, seconds, calls=0.0, waited=None):
+    def ran(self, young, seconds, calls=0.0, waited=None, compiling=0.0):
         spent = young.spent
-        original(self, young, seconds, calls, waited)
+        original(self, young, seconds, calls, waited, compiling)
+        assert compiling == 0.0  # no segment compiles (the first test)
         rents.append((threading.current_thread().name, seconds, calls, waited,
                       young.spent - spent))
 
@@ -385,3 +386,43 @@ def test_one_slow_run_does_not_move_a_dispatch_bound_segment_to_the_graph_runner
     assert slow_first.graph_bound
     policy.ran(slow_first, seconds=quick)  # quick from then on: dispatch-bound at once
     assert not slow_first.graph_bound
+
+
+def read_then_update(loop, steps: int = 30):
+    """A steady path of many small ops whose sum is read (it compiles early), and an update
+    issued after the sum but before the read: the read submits the path, then the update as a
+    segment of its own, which runs in the loop's thread once the path has run."""
+    w = tf.Variable(tf.fill((4, 4), 0.5))
+    out = []
+    for _ in loop(range(steps)):
+        h = w * 1.0
+        for _ in range(50):
+            h = tf.tanh(h * w + 0.1)
+        s = tf.reduce_sum(h)
+        w.assign_add(h * 1e-3)
+        out.append(float(s))
+    return out, w.numpy()
+
+
+def test_a_wait_on_a_compile_is_no_rent(monkeypatch):
+    original_compile, original_ran, rents = runners.compile_segment, CompilePolicy.ran, []
+
+    def slow_compile(*args, **kwargs):
+        time.sleep(0.3)
+        return original_compile(*args, **kwargs)
+
+    def ran(self, young, seconds, calls=0.0, waited=None, compiling=0.0):
+        spent = young.spent
+        original_ran(self, young, seconds, calls, waited, compiling)
+        if waited is not None:  # in the loop's thread
+            rents.append((waited, compiling, young.spent - spent))
+
+    monkeypatch.setattr(runners, "compile_segment", slow_compile)
+    monkeypatch.setattr(CompilePolicy, "ran", ran)
+    terra, threads = run_equal_to_eager(read_then_update, monkeypatch)
+    assert terra.compiled_segments >= 1 and threading.main_thread().name in threads
+    # the update waited on the path's compile (0.3 s) in the loop's thread: a compile happens
+    # once, so that wait is no rent (it compiled the update, and on rnn-varlen every length's
+    # segments: each compile's wait made the next young segment due)
+    assert any(compiling > 0.25 for _, compiling, _ in rents), rents
+    assert max(rent for *_, rent in rents) < 0.1, rents
