@@ -29,7 +29,7 @@ from tensorflow.python.framework import (
 from tensorflow.python.ops import gen_array_ops, gen_functional_ops
 
 from ..capture.attrs import string_attr
-from ..capture.functions import add_to_graph, function_def, noinline_twin, static_outputs
+from ..capture.functions import add_to_graph, function_def, graph_callee, static_outputs
 from ..capture.placeholder import Placeholder
 from ..capture.signature import op_info
 from ..errors import TerraError
@@ -169,9 +169,10 @@ def _group_inputs(op_def, attrs: dict, flat: list) -> dict:
 
 def _function_rule(op: SegmentOp, inputs: list) -> list:
     """A call of a runtime function (a ``tf.function``, a region): the function is copied into
-    the graph's library and called with the config the eager call had (a region's turns grappler
-    rewrites off that would change values), with the output shapes it was traced with."""
-    name = noinline_twin(op.op_type)  # called with its own config, as eager calls it
+    the graph's library and called so that its values stay eager's (``graph_callee``: a
+    region's inlined, a user's function with the config its eager call had), with the output
+    shapes it was traced with."""
+    name = graph_callee(op.op_type)  # its values stay eager's
     add_to_graph(tf.compat.v1.get_default_graph(), name)
     attrs = dict(op.attrs)
     call = (gen_functional_ops.stateful_partitioned_call if op_info(op.op_type).stateful

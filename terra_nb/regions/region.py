@@ -36,8 +36,9 @@ _PLUMBING = frozenset({"Const", "Identity", "NoOp"})  # left out of a function's
 class FastCall(FunctionCall):
     """A region's function, called as one eager op (``FunctionCall``). Registered with
     ``capture.functions`` (static output specs), so co-execution answers it with placeholders and
-    runs it as graph work: a call in a graph segment that is never inlined (``noinline``), so it
-    keeps its own grappler config (``eager_equal_config``) and its values stay eager's."""
+    runs it as graph work: inlined into the graph segments that call it, which run with its
+    config (``eager_equal_config``: no grappler), so its values stay eager's. Called by itself
+    it is never inlined (``noinline``), and keeps that config in any caller."""
 
     def __init__(self, cf, body=None) -> None:
         """``body``: B's Python body (``backward.build_backward``), which a tape region traces

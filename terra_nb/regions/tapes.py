@@ -13,6 +13,12 @@ at ``gradient``). So where the loop's length is known and a recording's G is not
 the same): its copies are passed to TensorFlow unwired, a call site without a G is declined, and
 once every call site is, tapes are no longer copied until the next loop.
 
+G's first call is an op co-execution has not seen: in a co-executed iteration it would be a
+fallback (the rest of the iteration traced, and counted: a notebook's fallbacks depended on the
+machine's speed). So a G due there forms in the next iteration, which runs for real for it (as
+one where a Keras region formed does); if that one co-executes all the same (the loop's
+iterations run for real while regions form are used up), G forms at its next call.
+
 Anything the copy cannot see makes the call run TensorFlow's gradient as always: a custom
 gradient or a tf.function on the tape, ``tape.watch``, a persistent tape, another tape recording
 the gradient, output gradients, ``unconnected_gradients=ZERO``, sources that are not variables.
@@ -31,6 +37,7 @@ from tensorflow.python.ops.unconnected_gradients import UnconnectedGradients
 from .. import capture
 from ..capture import hooks
 from ..capture.location import user_line
+from ..capture.placeholder import Placeholder
 from ..coexec.compile_policy import ops_to_compile
 from ..coexec.rental import Rental
 from ..trace.tracegraph import RegionCall
@@ -70,6 +77,7 @@ class Tapes:
         self.calls: dict[str, RegionCall] = {}
         self.matched: dict[tuple, tuple] = {}  # copy key -> (G, where its arguments are) ...
         self.passed: set[tuple] = set()  # ... or declined: TensorFlow's gradient, not wired
+        self.deferred: set[tuple] = set()  # keys whose due G waits for an iteration run for real
 
     def expect_end(self, iteration: int | None) -> None:
         """The loop ends before ``iteration`` (None: not known). A new loop's length may repay
@@ -193,12 +201,13 @@ class Tapes:
             return region, rec, row, None
         if row.state == "formed":
             row.misses += 1  # other ops or specs than those of its G functions
-        return self._rent(key, copy, rec, src, row)
+        return self._rent(key, copy, rec, src, row, type(target) is Placeholder)
 
     def _rent(self, key: tuple, copy: CopyKey, rec: TapeRecording, src: tuple,
-              row: RegionRow) -> tuple:
-        """``_plan`` for a recording with no G: a new G if forming it pays now; else its rent
-        account, or None once declined."""
+              row: RegionRow, coexecuting: bool) -> tuple:
+        """``_plan`` for a recording with no G: a new G if forming it pays now (in a co-executed
+        iteration, in the next one: see the module docstring); else its rent account, or None
+        once declined."""
         none = (None,) * 4
         rental = self.pending.get(key)
         if rental is None:
@@ -206,6 +215,13 @@ class Tapes:
                 self.pending.clear()
             rental = self.pending[key] = Rental(estimate=_estimate(rec), cautious=True)
         rental.sighted(self.iteration)
+        if coexecuting and key not in self.deferred and self._due(rental, rec):
+            if len(self.deferred) >= MAX_PENDING:
+                self.deferred.clear()
+            self.deferred.add(key)
+            self.regions.changed = True  # the next iteration runs for real (``settling``)
+            row.note("forming: the next iteration runs for real")
+            return None, rental, row, None
         built = time.perf_counter()
         region = self._new(key, rec, src, row, rental)
         if region is None:
@@ -235,14 +251,18 @@ class Tapes:
              rental: Rental) -> TapeRegion | None:
         """G for a recording seen twice or more whose formation pays (``rental``); None
         otherwise (a new batch size's too: its own calls must repay its G)."""
-        due = rental.submitted >= 2 and rental.due(self.horizon, self.scale)
-        if due and not rec.created_vars and len(self.table) < MAX_TABLE:
+        if self._due(rental, rec):
             try:
                 with capture.bypass():
                     return TapeRegion(rec, src, "tape_gradient")
             except Exception as error:  # noqa: BLE001 - e.g. an op without a gradient function
                 row.refuse(f"cannot build the gradient function: {error}")
         return None
+
+    def _due(self, rental: Rental, rec: TapeRecording) -> bool:
+        """Whether ``rec``'s G should form now: seen twice or more, and its formation pays."""
+        return (rental.submitted >= 2 and rental.due(self.horizon, self.scale)
+                and not rec.created_vars and len(self.table) < MAX_TABLE)
 
     def _decline(self, row: RegionRow, copy: CopyKey) -> None:
         """``copy``'s recording would not repay its G before the loop ends: its copies are

@@ -4,6 +4,9 @@
   ``Conv2DBackpropFilter`` of the same gradient, and the fused kernel sums the bias gradient in
   another order than eager's ``BiasAddGrad``: 1e-8 on an Adam moment at first, 2e-3 on a GAN's
   weights twenty steps later. Neither kind of compiled function lets the pass see the pair.
+- A region's functions are inlined into the compiled segments that call them (``graph_callee``),
+  which run without grappler as the regions do; a user's ``tf.function`` is called through a copy
+  never inlined, so it keeps the grappler passes its eager call gets.
 - Grappler's constant folding turns a division by a constant into a multiplication by its
   reciprocal: ``x / 6`` (the gradient of a mean over 6 values, attention's scaling) is 1 ulp off
   eager's. Compiled functions run without it (``lower.eager_equal_config``).
@@ -16,6 +19,7 @@ import tensorflow as tf
 from what_ran import assert_coexecuted
 
 from terra_nb import Terra
+from terra_nb.capture import functions
 
 pytest.importorskip("tensorflow")
 
@@ -73,3 +77,44 @@ def test_a_division_by_a_constant_keeps_eager_bits(program):
     assert_coexecuted(terra, last=3)
     assert co[:-1] == eager[:-1]
     np.testing.assert_array_equal(co[-1], eager[-1])
+
+
+@tf.function
+def scaled(grads):
+    """A user's function on the gradients: called through a copy never inlined."""
+    return [g / 6.0 for g in grads]
+
+
+def train_with_function(loop, n: int = 8) -> list[np.ndarray]:
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(8, 3, 2, padding="same"),
+                              keras.layers.BatchNormalization(), keras.layers.LeakyReLU(0.2),
+                              keras.layers.Flatten(), keras.layers.Dropout(0.25),
+                              keras.layers.Dense(1)])
+    opt = keras.optimizers.Adam(1e-2)
+    rng = np.random.default_rng(0)
+    for _ in loop(range(n)):
+        x = rng.normal(size=(16, 8, 8, 1)).astype("float32")
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True)))
+        grads = scaled(tape.gradient(loss, model.trainable_variables))
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        float(loss)
+    return [v.numpy() for v in model.variables + opt.variables]
+
+
+def test_region_calls_inlined_into_compiled_segments_keep_eager_bits():
+    eager = train_with_function(lambda it: it)
+    with Terra(compile_after=1) as terra:  # every segment compiled at its first run
+        co = train_with_function(terra.loop)
+    assert_coexecuted(terra, last=3)
+    called = {op.op_type for segment in terra.programs for op in segment.ops
+              if functions.function_def(op.op_type) is not None}
+    regions = {name for name in called if functions.confirmed(name)}
+    assert regions and called - regions  # the regions' functions and the user's
+    assert terra.compiled_segments >= 1
+    for name in called:
+        callee = functions.function_def(functions.graph_callee(name))
+        assert callee.attr["_noinline"].b == (name not in regions), name
+    for a, b in zip(eager, co):
+        np.testing.assert_array_equal(a, b)

@@ -91,7 +91,7 @@ def test_g_forms_once_its_formation_pays_and_learns_its_cost(monkeypatch):
     cost(monkeypatch, 1e-6)  # due at a recording's second call; its real cost is ~10-100 ms
     terra, _, _ = compare(training(steps=16), {"regions": True})
     row = tape_row(terra)
-    assert row.state == "formed" and row.hits >= 8, terra.regions
+    assert row.state == "formed" and row.hits >= 6, terra.regions
     tapes_ = terra.learned.regions.tapes
     assert tapes_.scale == 10.0  # measured far above the estimate: the scale's ceiling
     # the first iterations record the model's ops while its region forms: no G for them
@@ -106,3 +106,24 @@ def test_a_new_loop_tries_a_declined_call_site_again(monkeypatch):
     cost(monkeypatch, 1e-6)
     again, _, _ = compare(program, {"regions": True, "learned": terra.learned})
     assert tape_row(again).state == "formed", again.regions
+
+
+def test_g_due_while_co_executing_forms_in_the_next_iteration_run_for_real(monkeypatch):
+    cost(monkeypatch, 1e-6)
+    formed_in: list[int] = []
+    original = tapes.Tapes._check
+
+    def check(self, *args):
+        formed_in.append(self.iteration)
+        return original(self, *args)
+
+    monkeypatch.setattr(tapes.Tapes, "_check", check)
+    terra, _, _ = compare(training(steps=16), {"regions": True})
+    assert tape_row(terra).state == "formed", terra.regions
+    # G's first call, a new op, in a co-executed iteration would have been a fallback: its call
+    # that came due there asked for the next iteration to run for real, where G formed
+    assert not tuple(terra.explain()) and formed_in, terra.explain()
+    for iteration in formed_in:
+        stats = terra.stats[iteration]
+        assert stats.phase == "tracing" and stats.regions_forming, stats
+        assert terra.stats[iteration - 1].phase == "coexec"
