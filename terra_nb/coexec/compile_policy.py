@@ -1,10 +1,10 @@
 """When a graph segment is worth compiling, and where its runs go until then.
 
 Compiling a segment costs more than tracing it: TensorFlow instantiates the segment's function and,
-again, every function it calls (a region's F and B, a user's ``tf.function``), because a function
-called from inside another is instantiated anew for each caller (measured: a 468-op gradient
-function costs 40 ms in each new caller, and ~15 ms plus ~0.15 ms per op in all for a new segment
-here). A loop over variable lengths or random paths meets many segments, each a handful of times.
+again, every function it calls: a region's F and B are inlined into it (``graph_callee``), a
+user's ``tf.function`` is instantiated anew for each caller (measured: a 468-op gradient function
+cost 40 ms in each new caller, and ~15 ms plus ~0.15 ms per op in all for a new segment here). A
+loop over variable lengths or random paths meets many segments, each a handful of times.
 
 Until then a segment runs interpreted: its ops, region calls included, run one by one as eager runs
 them, and a function called directly is instantiated once, for every segment that calls it. The
