@@ -11,7 +11,9 @@ A copy costs Python too (~2 ms a step for rnn-varlen's 21 ops: each op copied, a
 at ``gradient``). So where the loop's length is known and a recording's G is not due after
 ``DECLINE_AFTER`` paid calls, it never will be in this loop (its rent paid and ahead stay about
 the same): its copies are passed to TensorFlow unwired, a call site without a G is declined, and
-once every call site is, tapes are no longer copied until the next loop.
+once every call site is, tapes are no longer copied until the next loop. So is a call site whose
+tape held what the copy cannot see (below) in ``DECLINE_AFTER`` calls in a row, whatever the loop's
+length.
 
 G's first call is an op co-execution has not seen: in a co-executed iteration it would be a
 fallback (the rest of the iteration traced, and counted: a notebook's fallbacks depended on the
@@ -78,6 +80,7 @@ class Tapes:
         self.matched: dict[tuple, tuple] = {}  # copy key -> (G, where its arguments are) ...
         self.passed: set[tuple] = set()  # ... or declined: TensorFlow's gradient, not wired
         self.deferred: set[tuple] = set()  # keys whose due G waits for an iteration run for real
+        self.unseen: dict[str, int] = {}  # call site -> its calls the copy could not see
 
     def expect_end(self, iteration: int | None) -> None:
         """The loop ends before ``iteration`` (None: not known). A new loop's length may repay
@@ -85,6 +88,7 @@ class Tapes:
         self.horizon = iteration
         if iteration is not None:
             self.declined.clear()
+            self.unseen.clear()
             self.passed.clear()
             self.resting = False
 
@@ -167,7 +171,11 @@ class Tapes:
         then the recording's rent account for the call to pay, if it has one, or None)."""
         tee = tape.__dict__.pop(_TEE, None)
         none = (None,) * 4
-        if tee is None or tee.broken or tape._tape is None or not plain \
+        if tee is not None and tee.broken:
+            if not self.regions.changed:  # (a Keras call traced: its ops recur no more)
+                self._unseen(tee.broken)
+            return none
+        if tee is None or tape._tape is None or not plain \
                 or type(sources) not in (list, tuple) or not isinstance(target, tf.Tensor) \
                 or self.regions.changed:  # a region traced or formed: not the next call's ops
             return none
@@ -177,6 +185,7 @@ class Tapes:
         row = self._row()
         if row.state == "refused" or row.source in self.declined:
             return none
+        self.unseen.pop(row.source, None)  # seen: the calls unseen must come in a row
         if tape._recording:
             tape._pop_tape()
         if record.could_possibly_record():  # another tape would record G's ops: higher order
@@ -270,9 +279,25 @@ class Tapes:
         if len(self.passed) >= MAX_MATCHED:
             self.passed.clear()
         self.passed.add(copy.key)
-        if row.state == "formed":
+        if row.state != "formed":
+            self._decline_site(row, "its G would not repay its formation before the loop ends")
+
+    def _unseen(self, reason: str) -> None:
+        """A call whose tape held what the copy cannot see (``reason``): after
+        ``DECLINE_AFTER`` such calls in a row its call site is declined too, so its tapes are no
+        longer copied, and ``terra.regions`` says why the site has no G (mlp-functions: a
+        ``tf.function`` on the tape). Calls in iterations where a region was traced do not
+        count: Keras makes its variables there (``captured_value`` on the tape)."""
+        row = self._row()
+        if row.state == "formed" or row.source in self.declined:
             return
-        row.note("declined: its G would not repay its formation before the loop ends")
+        seen = self.unseen[row.source] = self.unseen.get(row.source, 0) + 1
+        row.note(f"traced: the copy cannot see {reason}")
+        if seen >= DECLINE_AFTER:
+            self._decline_site(row, f"the copy cannot see {reason}")
+
+    def _decline_site(self, row: RegionRow, why: str) -> None:
+        row.note(f"declined: {why}")
         self.declined.add(row.source)
         self.resting = all(key[1] in self.declined for key in self.rows if key[0] == "tape")
 

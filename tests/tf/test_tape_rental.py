@@ -5,7 +5,8 @@ nothing. Every loop is compared with eager (values and variables bit-identical) 
 ran: rows, Gs formed, tapes copied, co-executed share."""
 
 import pytest
-from region_programs import compare, data, training
+import tensorflow as tf
+from region_programs import MODELS, OPTIMIZERS, compare, data, state_of, training
 
 from terra_nb.coexec.rental import LOOKAHEAD, Rental
 from terra_nb.regions import tapes
@@ -127,3 +128,33 @@ def test_g_due_while_co_executing_forms_in_the_next_iteration_run_for_real(monke
         stats = terra.stats[iteration]
         assert stats.phase == "tracing" and stats.regions_forming, stats
         assert terra.stats[iteration - 1].phase == "coexec"
+
+
+def function_on_the_tape(loop):
+    """The model's call inside a user's tf.function: an op with its own gradient function on the
+    tape, which the copy cannot see."""
+    net, opt = MODELS["sequential"](), OPTIMIZERS["sgd-momentum"]()
+    forward = tf.function(lambda x: net(x, training=True))
+    losses = []
+    for x, _ in loop(data(16)):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(forward(x)))
+        grads = tape.gradient(loss, net.trainable_variables)
+        opt.apply_gradients(zip(grads, net.trainable_variables))
+        losses.append(float(loss))
+    return losses, state_of(net, opt)
+
+
+@pytest.mark.parametrize("length", [True, False])
+def test_a_call_site_the_copy_cannot_see_is_declined_and_stops_copying(copies, length):
+    def program(loop):
+        return function_on_the_tape(loop if length else lambda it: loop(x for x in it))
+
+    terra, _, _ = compare(program, {"regions": True})
+    row = tape_row(terra)
+    assert row.reason.startswith("declined: the copy cannot see an op with its own gradient"), row
+    held = terra.learned.regions.tapes
+    assert held.resting and not held.table
+    # three calls the copy could not see, then no tape copied (with or without the loop's
+    # length), and the row says why there is no G
+    assert len(copies) == 3 and max(copies) < 8, copies
