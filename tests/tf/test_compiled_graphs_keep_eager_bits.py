@@ -12,6 +12,8 @@
   eager's. Compiled functions run without it (``lower.eager_equal_config``).
 """
 
+import functools
+
 import keras
 import numpy as np
 import pytest
@@ -24,11 +26,15 @@ from terra_nb.capture import functions
 pytest.importorskip("tensorflow")
 
 
-def train(loop, n: int = 8) -> list[np.ndarray]:
+def train(loop, n: int = 8, normalised: bool = False, on_gradients=None) -> list[np.ndarray]:
+    """A Conv2D (with bias), LeakyReLU, Dense model trained with Adam; ``normalised``: with
+    BatchNormalization and Dropout too; ``on_gradients``: applied to the gradients first."""
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(8, 3, 2, padding="same"),
-                              keras.layers.LeakyReLU(0.2), keras.layers.Flatten(),
-                              keras.layers.Dense(1)])
+    L = keras.layers
+    inner = [L.BatchNormalization(), L.LeakyReLU(0.2), L.Flatten(), L.Dropout(0.25)] \
+        if normalised else [L.LeakyReLU(0.2), L.Flatten()]
+    model = keras.Sequential([keras.Input((8, 8, 1)), L.Conv2D(8, 3, 2, padding="same"), *inner,
+                              L.Dense(1)])
     opt = keras.optimizers.Adam(1e-2)
     rng = np.random.default_rng(0)
     for _ in loop(range(n)):
@@ -36,6 +42,8 @@ def train(loop, n: int = 8) -> list[np.ndarray]:
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(model(x, training=True)))
         grads = tape.gradient(loss, model.trainable_variables)
+        if on_gradients is not None:
+            grads = on_gradients(grads)
         opt.apply_gradients(zip(grads, model.trainable_variables))
         float(loss)
     return [v.numpy() for v in model.variables + opt.variables]
@@ -85,28 +93,11 @@ def scaled(grads):
     return [g / 6.0 for g in grads]
 
 
-def train_with_function(loop, n: int = 8) -> list[np.ndarray]:
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(8, 3, 2, padding="same"),
-                              keras.layers.BatchNormalization(), keras.layers.LeakyReLU(0.2),
-                              keras.layers.Flatten(), keras.layers.Dropout(0.25),
-                              keras.layers.Dense(1)])
-    opt = keras.optimizers.Adam(1e-2)
-    rng = np.random.default_rng(0)
-    for _ in loop(range(n)):
-        x = rng.normal(size=(16, 8, 8, 1)).astype("float32")
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(model(x, training=True)))
-        grads = scaled(tape.gradient(loss, model.trainable_variables))
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        float(loss)
-    return [v.numpy() for v in model.variables + opt.variables]
-
-
 def test_region_calls_inlined_into_compiled_segments_keep_eager_bits():
-    eager = train_with_function(lambda it: it)
+    program = functools.partial(train, normalised=True, on_gradients=scaled)
+    eager = program(lambda it: it)
     with Terra(compile_after=1) as terra:  # every segment compiled at its first run
-        co = train_with_function(terra.loop)
+        co = program(terra.loop)
     assert_coexecuted(terra, last=3)
     called = {op.op_type for segment in terra.programs for op in segment.ops
               if functions.function_def(op.op_type) is not None}
