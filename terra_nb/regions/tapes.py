@@ -232,7 +232,7 @@ class Tapes:
             row.note("forming: the next iteration runs for real")
             return None, rental, row, None
         built = time.perf_counter()
-        region = self._new(key, rec, src, row, rental)
+        region = self._new(key, rec, src, row, rental, key in self.deferred)
         if region is None:
             if self.horizon is not None and rental.runs >= DECLINE_AFTER:
                 self._decline(row, copy)
@@ -257,10 +257,12 @@ class Tapes:
         return row
 
     def _new(self, key: tuple, rec: TapeRecording, src: tuple, row: RegionRow,
-             rental: Rental) -> TapeRegion | None:
-        """G for a recording seen twice or more whose formation pays (``rental``); None
-        otherwise (a new batch size's too: its own calls must repay its G)."""
-        if self._due(rental, rec):
+             rental: Rental, deferred: bool) -> TapeRegion | None:
+        """G for a recording seen twice or more whose formation pays (``rental``), or was
+        found to pay and ``deferred`` (the rent its deferring call paid may have lowered its
+        least since: formed all the same); None otherwise (a new batch size's too: its own
+        calls must repay its G)."""
+        if self._due(rental, rec, deferred):
             try:
                 with capture.bypass():
                     return TapeRegion(rec, src, "tape_gradient")
@@ -268,10 +270,11 @@ class Tapes:
                 row.refuse(f"cannot build the gradient function: {error}")
         return None
 
-    def _due(self, rental: Rental, rec: TapeRecording) -> bool:
-        """Whether ``rec``'s G should form now: seen twice or more, and its formation pays."""
-        return (rental.submitted >= 2 and rental.due(self.horizon, self.scale)
-                and not rec.created_vars and len(self.table) < MAX_TABLE)
+    def _due(self, rental: Rental, rec: TapeRecording, decided: bool = False) -> bool:
+        """Whether ``rec``'s G should form now: seen twice or more and its formation pays (or
+        that was ``decided``), and it can."""
+        pays = decided or (rental.submitted >= 2 and rental.due(self.horizon, self.scale))
+        return pays and not rec.created_vars and len(self.table) < MAX_TABLE
 
     def _decline(self, row: RegionRow, copy: CopyKey) -> None:
         """``copy``'s recording would not repay its G before the loop ends: its copies are

@@ -158,3 +158,21 @@ def test_a_call_site_the_copy_cannot_see_is_declined_and_stops_copying(copies, l
     # three calls the copy could not see, then no tape copied (with or without the loop's
     # length), and the row says why there is no G
     assert len(copies) == 3 and max(copies) < 8, copies
+
+
+def test_a_deferred_g_forms_though_its_deferring_call_lowered_its_rent(monkeypatch):
+    # the call that found G due paid its own rent after: its least rent may have dropped below
+    # due by the next call (the quickstart formed G in a later co-executed iteration then, a
+    # fallback, on 1 run in 4). Due once here, never again: it forms all the same, no fallback.
+    cost(monkeypatch, 1e-6)
+    original, answers = Rental.due, []
+
+    def due_once(self, horizon, scale=1.0):
+        answer = original(self, horizon, scale) and not any(answers)
+        answers.append(answer)
+        return answer
+
+    monkeypatch.setattr(Rental, "due", due_once)
+    terra, _, _ = compare(training(steps=16), {"regions": True})
+    assert tape_row(terra).state == "formed" and answers.count(True) == 1, terra.regions
+    assert not tuple(terra.explain()), terra.explain()
