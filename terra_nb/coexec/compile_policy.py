@@ -97,6 +97,7 @@ class CompilePolicy:
         self._young: dict[tuple, Young] = {}
         self._compiling: dict[tuple, float] = {}  # key -> its estimate, until its first run
         self.scale = 1.0  # measured compile cost / estimate, learned from each compile
+        self.compile_seconds = 0.0  # spent compiling segments (and their first runs) so far
         self.horizon: int | None = None  # the iteration the loop ends before; None: not known
         # the last run in the loop's thread: (young, when it ended, its calls' seconds), until
         # Python next needs the graph
@@ -168,6 +169,7 @@ class CompilePolicy:
     def learn(self, key: tuple, seconds: float) -> None:
         """``key``'s compile and first run took ``seconds``: scale later estimates to this
         machine (the estimate's constants were measured on one)."""
+        self.compile_seconds += seconds
         estimate = self._compiling.pop(key, None)
         if estimate:
             self.scale = min(10.0, max(0.1, 0.5 * self.scale + 0.5 * seconds / estimate))

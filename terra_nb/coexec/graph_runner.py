@@ -136,7 +136,6 @@ class GraphRunner:
         self.ops_new = 0  # ops in segments submitted for the first time
         self._sightings: dict[tuple, int] = {}
         self.policy = CompilePolicy()
-        self.compile_seconds = 0.0  # spent compiling segments (and their first runs) so far
         self.spans: list[RunnerSpan] = []
         self.error: BaseException | None = None  # the last failure
         self.generation = 0  # bumped when Python is told of a failure
@@ -169,10 +168,10 @@ class GraphRunner:
             self._queue.put(item)  # compiled, or interpreted there while Python goes on
             return
         self.python_waits()
-        waited, compiled = time.perf_counter(), self.compile_seconds
+        waited, compiled = time.perf_counter(), self.policy.compile_seconds
         self._queue.join()  # everything issued before it runs first
         with capture.bypass(), record.stop_recording():  # not Python's ops: nothing to record
-            self._process(item, segment, waited, self.compile_seconds - compiled)
+            self._process(item, segment, waited, self.policy.compile_seconds - compiled)
 
     def run_program(self, run: ProgramRun) -> None:
         """Queue a whole program's run for an iteration (runs after the work queued before)."""
@@ -356,7 +355,6 @@ class GraphRunner:
                 compile_segment(segment, self.handles, False))
             values = function(*args)
         if first is not None:
-            self.compile_seconds += time.perf_counter() - first
             self.policy.learn(item.key, time.perf_counter() - first)
         self._deliver_values(item, values)
 

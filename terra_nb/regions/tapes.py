@@ -222,17 +222,20 @@ class Tapes:
         if rental is None:
             if len(self.pending) >= MAX_PENDING:
                 self.pending.clear()
+                self.deferred.clear()  # (deferred keys are pending ones)
             rental = self.pending[key] = Rental(estimate=_estimate(rec), cautious=True)
         rental.sighted(self.iteration)
-        if coexecuting and key not in self.deferred and self._due(rental, rec):
-            if len(self.deferred) >= MAX_PENDING:
-                self.deferred.clear()
-            self.deferred.add(key)
-            self.regions.changed = True  # the next iteration runs for real (``settling``)
-            row.note("forming: the next iteration runs for real")
-            return None, rental, row, None
-        built = time.perf_counter()
-        region = self._new(key, rec, src, row, rental, key in self.deferred)
+        built, region = time.perf_counter(), None
+        # a deferred G was found to pay: the rent its deferring call paid after may have
+        # lowered its least since, and it forms all the same
+        deferred = key in self.deferred
+        if self._due(rental, rec, deferred):
+            if coexecuting and not deferred:
+                self.deferred.add(key)
+                self.regions.changed = True  # the next iteration runs for real (``settling``)
+                row.note("forming: the next iteration runs for real")
+                return None, rental, row, None
+            region = self._new(rec, src, row)
         if region is None:
             if self.horizon is not None and rental.runs >= DECLINE_AFTER:
                 self._decline(row, copy)
@@ -256,23 +259,20 @@ class Tapes:
             row = self.rows[("tape", site)] = RegionRow(NAME, site, call)
         return row
 
-    def _new(self, key: tuple, rec: TapeRecording, src: tuple, row: RegionRow,
-             rental: Rental, deferred: bool) -> TapeRegion | None:
-        """G for a recording seen twice or more whose formation pays (``rental``), or was
-        found to pay and ``deferred`` (the rent its deferring call paid may have lowered its
-        least since: formed all the same); None otherwise (a new batch size's too: its own
-        calls must repay its G)."""
-        if self._due(rental, rec, deferred):
-            try:
-                with capture.bypass():
-                    return TapeRegion(rec, src, "tape_gradient")
-            except Exception as error:  # noqa: BLE001 - e.g. an op without a gradient function
-                row.refuse(f"cannot build the gradient function: {error}")
+    @staticmethod
+    def _new(rec: TapeRecording, src: tuple, row: RegionRow) -> TapeRegion | None:
+        """G for ``rec``, whose formation is due; None if it cannot be built (refused)."""
+        try:
+            with capture.bypass():
+                return TapeRegion(rec, src, "tape_gradient")
+        except Exception as error:  # noqa: BLE001 - e.g. an op without a gradient function
+            row.refuse(f"cannot build the gradient function: {error}")
         return None
 
-    def _due(self, rental: Rental, rec: TapeRecording, decided: bool = False) -> bool:
+    def _due(self, rental: Rental, rec: TapeRecording, decided: bool) -> bool:
         """Whether ``rec``'s G should form now: seen twice or more and its formation pays (or
-        that was ``decided``), and it can."""
+        that was ``decided``), and it can (a new batch size's G too: its own calls must repay
+        it)."""
         pays = decided or (rental.submitted >= 2 and rental.due(self.horizon, self.scale))
         return pays and not rec.created_vars and len(self.table) < MAX_TABLE
 
@@ -314,6 +314,7 @@ class Tapes:
         with capture.bypass(), capture.quiet_reads():  # terra-nb's check: no program read
             same = all(_same(a, b) for a, b in zip(mine, theirs))
         self.pending.pop(key, None)
+        self.deferred.discard(key)
         if rental.estimate > 0:  # later estimates scaled to what this one measured
             formed = FALLBACK_FACTOR * (built + ran) / rental.estimate
             self.scale = min(10.0, max(0.1, 0.5 * self.scale + 0.5 * formed))
