@@ -166,8 +166,9 @@ def test_a_call_segment_read_at_once_does_not_rent_its_calls(monkeypatch):
     # region calls: the same iterations, and an 80 ms compile). What Python did meanwhile, its
     # way back from the op to the read (~0.1 ms), is paid, not the ~2 ms call: counting the call
     # compiled it at its third sight. The few ops around it rent too: on a busy machine their
-    # runs may reach the compile before the end, which is the policy working.
-    assert len(paid) >= 25 and sum(paid) / len(paid) < 0.0005
+    # runs may reach the compile before the end, which is the policy working (CI's run: 20 waits
+    # paid before it). Paying the call would compile it at its third sight: a mean of ~2 ms.
+    assert len(paid) >= 10 and sum(paid) / len(paid) < 0.0005
     assert len(threads) >= 25 and terra.compiled_segments <= 1
 
 
