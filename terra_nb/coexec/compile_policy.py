@@ -11,9 +11,11 @@ them, and a function called directly is instantiated once, for every segment tha
 policy is ski rental: a segment is compiled once what its interpreted runs lost against compiled
 runs reaches what its compile is estimated to cost, so a loop pays at most about twice the better
 of the two, whether its segments recur ten times or ten thousand. A run loses its time outside
-the functions its ops call: a compiled run spends the same in them (a segment that is mostly a
-region's calls has little to gain and a big compile). In the Python thread it loses its wait for
-the graph too, and of the calls' time, what Python would have done meanwhile: compiled, the
+the functions its ops call, and per call what calling a function costs the runtime, which a
+compiled segment saves by inlining its callees (``CALL_GAIN_S``): a compiled run spends the rest
+of the calls' time alike (a segment of a few long calls has little to gain and a big compile).
+In the Python thread it loses its wait for the graph too, and of the calls' time, what Python
+would have done meanwhile: compiled, the
 segment runs on the GraphRunner thread while Python goes on until it next needs the graph (a
 read, a wait). That overlap is measured when Python next needs the graph, and paid then
 (``python_waits``). A step whose loss is read right after its segment gains none (mlp-small:
@@ -54,6 +56,10 @@ from .rental import Rental
 COMPILE_BASE_S = 0.015  # a new segment's compile and first run, before its ops ...
 COMPILE_PER_OP_S = 0.00015  # ... and per op, those of the functions it calls included
 DISPATCH_S = 0.00004  # dispatching one op eagerly from Python
+# A call saves at least this much inlined in a compiled segment: mlp-small's tape G and Adam
+# apply_gradients, interpreted 1.15-1.51 ms a run, compiled 0.76-0.79 (0.2-0.4 ms a call);
+# rnn-varlen's, 0.1-0.2 ms a call. Less than that when the call is shorter: its time is all gain
+CALL_GAIN_S = 0.0001
 GRAPH_BOUND = 50.0  # a run this many times its ops' dispatch is mostly graph compute
 
 
@@ -64,12 +70,13 @@ class Young(Rental):
 
     segment: Segment
     calls_only: bool = False  # every op calls a function: TensorFlow runs it without the GIL
+    call_ops: int = 0  # ops that call a function
     graph_bound: bool = False
     seconds: float = 0.0  # the mean time of its runs: graph-bound needs it and the last one
 
 
-def _calls_only(segment: Segment) -> bool:
-    return bool(segment.ops) and all(op_info(op.op_type).function for op in segment.ops)
+def _call_ops(segment: Segment) -> int:
+    return sum(op_info(op.op_type).function for op in segment.ops)
 
 
 def ops_to_compile(ops) -> int:
@@ -99,8 +106,8 @@ class CompilePolicy:
         self.scale = 1.0  # measured compile cost / estimate, learned from each compile
         self.compile_seconds = 0.0  # spent compiling segments (and their first runs) so far
         self.horizon: int | None = None  # the iteration the loop ends before; None: not known
-        # the last run in the loop's thread: (young, when it ended, its calls' seconds), until
-        # Python next needs the graph
+        # the last run in the loop's thread: (young, when it ended, its calls' seconds not paid
+        # yet), until Python next needs the graph
         self._overlap: tuple[Young, float, float] | None = None
 
     def young(self, key: tuple, make) -> Young:
@@ -110,9 +117,11 @@ class CompilePolicy:
             if len(self._young) >= self.max_young:
                 self._young.clear()
             segment = make()
+            calls = _call_ops(segment)
             young = self._young[key] = Young(segment=segment,
                                              estimate=compile_estimate(segment),
-                                             calls_only=_calls_only(segment))
+                                             calls_only=0 < calls == len(segment.ops),
+                                             call_ops=calls)
         return young
 
     def worth_compiling(self, key: tuple) -> bool:
@@ -136,16 +145,17 @@ class CompilePolicy:
         # was the next young segment's rent, and compiled it: every length's segments in the
         # benchmark's window)
         waited = None if waited is None else max(0.0, waited - compiling)
-        lost = seconds - calls + (waited or 0.0)
+        inlined = min(calls, CALL_GAIN_S * young.call_ops)  # what compiled calls save
+        lost = seconds - calls + inlined + (waited or 0.0)
         young.seconds += (seconds - young.seconds) / (young.runs + 1)
         # one slow run among quick ones is no graph compute (a busy machine), nor are slow
         # first runs (functions instantiated) once a quick one comes
         quick = min(seconds, young.seconds)
         young.graph_bound = (young.calls_only
                              or quick > GRAPH_BOUND * DISPATCH_S * len(young.segment.ops))
-        young.paid(lost, seconds - calls if young.graph_bound else lost)
+        young.paid(lost, seconds - calls + inlined if young.graph_bound else lost)
         if waited is not None:
-            self._overlap = (young, time.perf_counter(), calls)
+            self._overlap = (young, time.perf_counter(), calls - inlined)
 
     def python_waits(self) -> None:
         """Python needs the graph now (a read, a wait): the last run in the loop's thread, had it

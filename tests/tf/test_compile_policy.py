@@ -18,7 +18,7 @@ from what_ran import assert_coexecuted
 
 from terra_nb import Terra
 from terra_nb.coexec import graph_runner as runners
-from terra_nb.coexec.compile_policy import CompilePolicy, compile_estimate
+from terra_nb.coexec.compile_policy import CALL_GAIN_S, CompilePolicy, compile_estimate
 from terra_nb.coexec.lower import Segment, SegmentOp, Wire
 from terra_nb.coexec.rental import LOOKAHEAD
 
@@ -109,7 +109,7 @@ def test_a_run_pays_its_time_outside_its_calls_and_in_the_loops_thread_its_wait(
         original(self, young, seconds, calls, waited, compiling)
         assert compiling == 0.0  # no segment compiles (the first test)
         rents.append((threading.current_thread().name, seconds, calls, waited,
-                      young.spent - spent))
+                      young.spent - spent, young.call_ops))
 
     monkeypatch.setattr(CompilePolicy, "ran", ran)
     eager = heavy(lambda it: it)
@@ -117,12 +117,12 @@ def test_a_run_pays_its_time_outside_its_calls_and_in_the_loops_thread_its_wait(
     np.testing.assert_allclose(values, eager[0], rtol=1e-6)
     threads_seen = {thread for thread, *_ in rents}
     assert threads_seen == {threading.main_thread().name, "terra-graph-runner"}
-    for thread, seconds, calls, waited, rent in rents:
-        assert calls > 0.5 * seconds  # deep's call is most of each run
-        # a compiled run spends the same in deep: the rest is rent, and in the loop's thread
-        # Python's wait for the graph (None on the runner: Python went on)
+    for thread, seconds, calls, waited, rent, call_ops in rents:
+        assert calls > 0.5 * seconds and call_ops == 1  # deep's call is most of each run
+        # a compiled run spends the same in deep but the cost of calling it: the rest is rent,
+        # and in the loop's thread Python's wait for the graph (None on the runner: Python went on)
         assert (waited is None) == (thread == "terra-graph-runner")
-        assert rent == pytest.approx(seconds - calls + (waited or 0.0))
+        assert rent == pytest.approx(seconds - calls + CALL_GAIN_S + (waited or 0.0))
 
 
 @tf.function
@@ -339,6 +339,30 @@ def test_ski_rental(n_ops):
     policy.ran(policy.young(("k",), lambda: _segment(n_ops)), 1e-6)
     assert not policy.young(("k",), lambda: None).graph_bound  # a microsecond is dispatch
 
+
+
+def test_each_function_call_rents_what_inlining_it_in_a_compiled_segment_saves():
+    # mlp-small's tape G and Adam step interpreted: 1.15-1.51 ms a run, compiled 0.76-0.79 ms. A
+    # run whose time is all in its calls paid no rent, and such a segment never compiled
+    name = total.get_concrete_function(tf.TensorSpec((4, 4), tf.float32)).name.decode()
+    total(tf.ones((4, 4)))  # registered with the runtime: an op type that calls a function
+    calls = tuple(SegmentOp(p, name, (), (Wire("arg", 0),), 1) for p in range(3))
+    policy = CompilePolicy()
+    young = policy.young(("k",), lambda: Segment(calls, (("float32", (4, 4)),), ((2, 0),)))
+    assert young.call_ops == 3 and young.calls_only
+    policy.ran(young, seconds=0.005, calls=0.005)  # on the runner, all of it in the calls
+    assert young.spent == pytest.approx(3 * CALL_GAIN_S)
+    policy.ran(young, seconds=1e-4, calls=1e-4)  # calls shorter than that: gained whole
+    assert young.spent == pytest.approx(3 * CALL_GAIN_S + 1e-4)
+    # in the loop's thread, what Python did meanwhile is paid up to the calls' time not paid yet
+    policy.ran(young, seconds=0.005, calls=0.005, waited=0.0)
+    time.sleep(0.01)
+    policy.python_waits()
+    assert young.spent == pytest.approx(6 * CALL_GAIN_S + 1e-4 + 0.005 - 3 * CALL_GAIN_S)
+    while not policy.worth_compiling(("k",)):  # (not steady, no horizon: no rent ahead)
+        policy.ran(young, seconds=0.005, calls=0.005)
+    # compiled by the first run whose rent reached the estimate
+    assert young.spent - 3 * CALL_GAIN_S < young.estimate <= young.spent
 
 def test_xla_compiles_as_asked_and_lists_each_segment_once(monkeypatch):
     def steady(loop):
