@@ -56,9 +56,10 @@ from .rental import Rental
 COMPILE_BASE_S = 0.015  # a new segment's compile and first run, before its ops ...
 COMPILE_PER_OP_S = 0.00015  # ... and per op, those of the functions it calls included
 DISPATCH_S = 0.00004  # dispatching one op eagerly from Python
-# A call saves at least this much inlined in a compiled segment: mlp-small's tape G and Adam
-# apply_gradients, interpreted 1.15-1.51 ms a run, compiled 0.76-0.79 (0.2-0.4 ms a call);
-# rnn-varlen's, 0.1-0.2 ms a call. Less than that when the call is shorter: its time is all gain
+# What a function call saves inlined in a compiled segment: 60-70 us alone
+# (benchmarks/call_inlining.py), 0.1-0.2 ms a call in rnn-varlen's GraphRunner, 0.2-0.4 ms in
+# mlp-small's (its tape G and Adam step: 1.15-1.51 ms a run interpreted, 0.76-0.79 compiled). A
+# shorter call's time is all gain
 CALL_GAIN_S = 0.0001
 GRAPH_BOUND = 50.0  # a run this many times its ops' dispatch is mostly graph compute
 
