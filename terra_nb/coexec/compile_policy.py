@@ -10,18 +10,17 @@ Until then a segment runs interpreted: its ops, region calls included, run one b
 them, and a function called directly is instantiated once, for every segment that calls it. The
 policy is ski rental: a segment is compiled once what its interpreted runs lost against compiled
 runs reaches what its compile is estimated to cost, so a loop pays at most about twice the better
-of the two, whether its segments recur ten times or ten thousand. A run loses its time outside
-the functions its ops call, and per call what calling a function costs the runtime, which a
-compiled segment saves by inlining its callees (``CALL_GAIN_S``): a compiled run spends the rest
-of the calls' time alike (a segment of a few long calls has little to gain and a big compile).
-In the Python thread it loses its wait for the graph too, and of the calls' time, what Python
-would have done meanwhile: compiled, the
-segment runs on the GraphRunner thread while Python goes on until it next needs the graph (a
-read, a wait). That overlap is measured when Python next needs the graph, and paid then
-(``python_waits``). A step whose loss is read right after its segment gains none (mlp-small:
-counting all the calls' time compiled its segments for nothing, 455 -> 312 it/s); one that goes
-on to its next step meanwhile does (mlp-python's last segment, 1.2 ms of region
-calls then 2 ms of Python: 3.4 -> 2.0 ms iterations once compiled). The estimate is scaled by what
+of the two, whether its segments recur ten times or ten thousand. A run loses its time outside the
+functions its ops call, and per call what calling a function costs the runtime, which a compiled
+segment saves by inlining its callees (``CALL_GAIN_S``): a compiled run spends the rest of the
+calls' time alike (a segment of a few long calls has little to gain and a big compile). In the
+Python thread it loses its wait for the graph too, and of the calls' time, what Python would have
+done meanwhile: compiled, the segment runs on the GraphRunner thread while Python goes on until it
+next needs the graph (a read, a wait). That overlap is measured when Python next needs the graph,
+and paid then (``python_waits``). A step whose loss is read right after its segment gains none
+(mlp-small: counting all the calls' time compiled its segments for nothing, 455 -> 312 it/s); one
+that goes on to its next step meanwhile does (mlp-python's last segment, 1.2 ms of region calls
+then 2 ms of Python: 3.4 -> 2.0 ms iterations once compiled). The estimate is scaled by what
 compiles measured on this machine.
 
 When the loop's length is known (its iterable has a ``len``: a list, a range, a finite
