@@ -212,4 +212,4 @@ class Interception:
             yield
         finally:
             _local.regions = None
-            self.regions.tapes.end_iteration()
+            self.regions.end_iteration()

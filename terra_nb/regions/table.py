@@ -36,6 +36,7 @@ from .tapes import Tapes
 _MISS = object()  # Regions._hit: no region answered the call
 REFUSE_AFTER = 3  # traced calls in a row with an effect
 MAX_PENDING = 256
+AWAIT_ITERATIONS = 4  # iterations run for real that a call awaited there is waited for
 MAX_SPECS = 16  # guard keys per object and method: beyond, a Python value changes every call
 _TENSORS = (tf_ops.EagerTensor, Placeholder)
 _SCALARS = (bool, int, float, str, type(None))
@@ -93,6 +94,8 @@ class Regions:
         self.specs_for: dict[tuple, int] = {}  # (object id, method) -> rows (guard keys)
         self.epoch = 0  # variables created in the loop's thread
         self.changed = False  # a call was traced on its way to a region, or one formed
+        # keys whose next call must come in an iteration run for real -> iterations waited
+        self.awaiting: dict[tuple, int] = {}
         self.dropped: dict[str, RegionCall] = {}  # the functions of regions no longer formed
         self.families = Families()
         self.tapes = Tapes(self)  # GradientTape.gradient answered by one function
@@ -173,8 +176,28 @@ class Regions:
                 region.epoch = self.epoch
         self.families.forget({id(region.obj) for region in self.table.values()})
 
+    def await_call(self, key: tuple) -> None:
+        """``key``'s next call is an op co-execution has not seen (a region's first answer, a
+        tape's G to form): co-executed, it would be a fallback. The next iterations run for real
+        until it comes (another length, another path may come first), ``AWAIT_ITERATIONS`` at
+        most."""
+        self.awaiting[key] = 0
+        self.changed = True
+
+    def end_iteration(self) -> None:
+        """The Terra iteration ended: the next one runs for real while a call is awaited."""
+        self.tapes.end_iteration()
+        for key, waited in list(self.awaiting.items()):
+            if waited >= AWAIT_ITERATIONS:
+                del self.awaiting[key]
+            else:
+                self.awaiting[key] = waited + 1
+        if self.awaiting:
+            self.changed = True
+
     def _drop(self, key: tuple) -> None:
         """The region of ``key`` is no longer answered; its functions stay named."""
+        self.awaiting.pop(key, None)
         region, row = self.table.pop(key), self.rows[key]
         self.dropped.update((c.op_type, c) for c in region.calls(row.source, row.call))
 
@@ -227,6 +250,7 @@ class Regions:
             result = region.run(tensors)
             if result is not DECLINED:
                 row.hits += 1
+                self.awaiting.pop(key, None)
                 return result
             # B is not differentiable: a call whose gradient may be taken again (two tapes, a
             # persistent one), or one whose F or B cannot be compiled, runs its Python from now on
@@ -296,6 +320,7 @@ class Regions:
         ident = (id(obj), key[1])
         self.formed_for[ident] = self.formed_for.get(ident, 0) + 1
         row.form(region.n_ops)
+        self.await_call(key)  # its function's first call
 
 
 class _TracedCall:

@@ -18,7 +18,8 @@ length.
 G's first call is an op co-execution has not seen: in a co-executed iteration it would be a
 fallback (the rest of the iteration traced, and counted: a notebook's fallbacks depended on the
 machine's speed). So a G due there forms in the next iteration, which runs for real for it (as
-one where a Keras region formed does); if that one co-executes all the same (the loop's
+one where a Keras region formed does), and the ones after it too until G's call comes (it may
+skip iterations: a loop over a few lengths); if that one co-executes all the same (the loop's
 iterations run for real while regions form are used up), G forms at its next call.
 
 Anything the copy cannot see makes the call run TensorFlow's gradient as always: a custom
@@ -79,7 +80,6 @@ class Tapes:
         self.calls: dict[str, RegionCall] = {}
         self.matched: dict[tuple, tuple] = {}  # copy key -> (G, where its arguments are) ...
         self.passed: set[tuple] = set()  # ... or declined: TensorFlow's gradient, not wired
-        self.deferred: set[tuple] = set()  # keys whose due G waits for an iteration run for real
         self.unseen: dict[str, int] = {}  # call site -> its calls the copy could not see
 
     def expect_end(self, iteration: int | None) -> None:
@@ -221,18 +221,18 @@ class Tapes:
         rental = self.pending.get(key)
         if rental is None:
             if len(self.pending) >= MAX_PENDING:
+                for pending in self.pending:  # (deferred keys are pending ones)
+                    self.regions.awaiting.pop(pending, None)
                 self.pending.clear()
-                self.deferred.clear()  # (deferred keys are pending ones)
             rental = self.pending[key] = Rental(estimate=_estimate(rec), cautious=True)
         rental.sighted(self.iteration)
         built, region = time.perf_counter(), None
         # a deferred G was found to pay: the rent its deferring call paid after may have
         # lowered its least since, and it forms all the same
-        deferred = key in self.deferred
+        deferred = key in self.regions.awaiting
         if self._due(rental, rec, deferred):
             if coexecuting and not deferred:
-                self.deferred.add(key)
-                self.regions.changed = True  # the next iteration runs for real (``settling``)
+                self.regions.await_call(key)  # the next iterations run for real (``settling``)
                 row.note("forming: the next iteration runs for real")
                 return None, rental, row, None
             region = self._new(rec, src, row)
@@ -314,7 +314,7 @@ class Tapes:
         with capture.bypass(), capture.quiet_reads():  # terra-nb's check: no program read
             same = all(_same(a, b) for a, b in zip(mine, theirs))
         self.pending.pop(key, None)
-        self.deferred.discard(key)
+        self.regions.awaiting.pop(key, None)
         if rental.estimate > 0:  # later estimates scaled to what this one measured
             formed = FALLBACK_FACTOR * (built + ran) / rental.estimate
             self.scale = min(10.0, max(0.1, 0.5 * self.scale + 0.5 * formed))
