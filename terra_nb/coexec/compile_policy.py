@@ -69,10 +69,14 @@ class Young(Rental):
     before the policy's learned scale)."""
 
     segment: Segment
-    calls_only: bool = False  # every op calls a function: TensorFlow runs it without the GIL
     call_ops: int = 0  # ops that call a function
     graph_bound: bool = False
     seconds: float = 0.0  # the mean time of its runs: graph-bound needs it and the last one
+
+    @property
+    def calls_only(self) -> bool:
+        """Every op calls a function: TensorFlow runs it without the GIL."""
+        return 0 < self.call_ops == len(self.segment.ops)
 
 
 def _call_ops(segment: Segment) -> int:
@@ -117,11 +121,9 @@ class CompilePolicy:
             if len(self._young) >= self.max_young:
                 self._young.clear()
             segment = make()
-            calls = _call_ops(segment)
             young = self._young[key] = Young(segment=segment,
                                              estimate=compile_estimate(segment),
-                                             calls_only=0 < calls == len(segment.ops),
-                                             call_ops=calls)
+                                             call_ops=_call_ops(segment))
         return young
 
     def worth_compiling(self, key: tuple) -> bool:

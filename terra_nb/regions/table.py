@@ -187,11 +187,8 @@ class Regions:
     def end_iteration(self) -> None:
         """The Terra iteration ended: the next one runs for real while a call is awaited."""
         self.tapes.end_iteration()
-        for key, waited in list(self.awaiting.items()):
-            if waited >= AWAIT_ITERATIONS:
-                del self.awaiting[key]
-            else:
-                self.awaiting[key] = waited + 1
+        self.awaiting = {key: waited + 1 for key, waited in self.awaiting.items()
+                         if waited < AWAIT_ITERATIONS}
         if self.awaiting:
             self.changed = True
 

@@ -35,6 +35,20 @@ def copies(monkeypatch):
     return made
 
 
+@pytest.fixture
+def formed_in(monkeypatch):
+    """The iterations in which a G was checked against the tape's gradients (formed or refused)."""
+    checked: list[int] = []
+    original = tapes.Tapes._check
+
+    def check(self, *args):
+        checked.append(self.iteration)
+        return original(self, *args)
+
+    monkeypatch.setattr(tapes.Tapes, "_check", check)
+    return checked
+
+
 def cost(monkeypatch, seconds: float) -> None:
     """Every G's formation is estimated at ``seconds`` (its fallback included)."""
     monkeypatch.setattr(tapes, "FORM_BASE_S", seconds / tapes.FALLBACK_FACTOR)
@@ -109,16 +123,9 @@ def test_a_new_loop_tries_a_declined_call_site_again(monkeypatch):
     assert tape_row(again).state == "formed", again.regions
 
 
-def test_g_due_while_co_executing_forms_in_the_next_iteration_run_for_real(monkeypatch):
+def test_g_due_while_co_executing_forms_in_the_next_iteration_run_for_real(
+        monkeypatch, formed_in):
     cost(monkeypatch, 1e-6)
-    formed_in: list[int] = []
-    original = tapes.Tapes._check
-
-    def check(self, *args):
-        formed_in.append(self.iteration)
-        return original(self, *args)
-
-    monkeypatch.setattr(tapes.Tapes, "_check", check)
     terra, _, _ = compare(training(steps=16), {"regions": True})
     assert tape_row(terra).state == "formed", terra.regions
     # G's first call, a new op, in a co-executed iteration would have been a fallback: its call
@@ -178,20 +185,12 @@ def test_a_deferred_g_forms_though_its_deferring_call_lowered_its_rent(monkeypat
     assert not tuple(terra.explain()), terra.explain()
 
 
-def test_a_call_awaited_in_an_iteration_run_for_real_may_skip_one(monkeypatch):
+def test_a_call_awaited_in_an_iteration_run_for_real_may_skip_one(monkeypatch, formed_in):
     # two batch sizes in turn: the iteration run for real after a model region formed, or after
     # a tape's G came due while co-executing, is the other size's. Its first call came
     # co-executed, a fallback (the model's region at iteration 6; rnn-varlen's G, over four
     # lengths, in every run of the benchmark). Iterations go on running for real until it comes.
     cost(monkeypatch, 1e-6)
-    formed_in: list[int] = []
-    original = tapes.Tapes._check
-
-    def check(self, *args):
-        formed_in.append(self.iteration)
-        return original(self, *args)
-
-    monkeypatch.setattr(tapes.Tapes, "_check", check)
     batches = data(24, sizes={i: 8 for i in range(1, 24, 2)})
     terra, _, _ = compare(training(batches=batches), {"regions": True})
     assert tape_row(terra).state == "formed", terra.regions
