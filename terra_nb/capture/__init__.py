@@ -8,6 +8,7 @@ The hooks' API is re-exported here: ``capture.bypass()``, ``capture.capturing(si
 from .hooks import (
     bypass,
     capturing,
+    eager_constant,
     hold_placeholders,
     hold_until_collected,
     installed,
@@ -22,6 +23,7 @@ from .hooks import (
 __all__ = [
     "bypass",
     "capturing",
+    "eager_constant",
     "hold_placeholders",
     "hold_until_collected",
     "installed",

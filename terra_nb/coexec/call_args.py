@@ -6,10 +6,10 @@ the ops it answers from static shapes (``SHAPE_RULES``: Shape, Size, Rank of pla
 from __future__ import annotations
 
 import numpy as np
-from tensorflow.python.framework import constant_op, dtypes, ops
+from tensorflow.python.framework import dtypes, ops
 from tensorflow.python.ops import resource_variable_ops
 
-from .. import capture
+from ..capture import eager_constant
 from ..capture.placeholder import Placeholder
 from ..capture.signature import Entry
 from ..trace.records import TensorRef
@@ -23,10 +23,10 @@ def static_shape(x) -> list[int]:
 
 
 SHAPE_RULES = {
-    "Shape": lambda flat, t: [constant_op.constant(static_shape(flat[0]), dtype=t)],
-    "ShapeN": lambda flat, t: [constant_op.constant(static_shape(x), dtype=t) for x in flat],
-    "Size": lambda flat, t: [constant_op.constant(int(np.prod(static_shape(flat[0]))), dtype=t)],
-    "Rank": lambda flat, t: [constant_op.constant(len(static_shape(flat[0])), dtype=dtypes.int32)],
+    "Shape": lambda flat, t: [eager_constant(static_shape(flat[0]), t)],
+    "ShapeN": lambda flat, t: [eager_constant(static_shape(x), t) for x in flat],
+    "Size": lambda flat, t: [eager_constant(int(np.prod(static_shape(flat[0]))), t)],
+    "Rank": lambda flat, t: [eager_constant(len(static_shape(flat[0])), dtypes.int32)],
 }
 SHAPE_OPS = frozenset(SHAPE_RULES)  # the whole program leaves them to Python too
 
@@ -92,6 +92,5 @@ def tape_inputs(flat: list, entry: Entry) -> list:
         if type(x) is Placeholder or isinstance(x, EAGER):
             out.append(x)
         else:
-            with capture.bypass():
-                out.append(constant_op.constant(x, dtype=dtype))
+            out.append(eager_constant(x, dtype))
     return out

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context, execute
 from tensorflow.python.framework import (
@@ -28,6 +29,7 @@ from tensorflow.python.framework import (
 )
 from tensorflow.python.ops import gen_array_ops, gen_functional_ops
 
+from ..capture import eager_constant
 from ..capture.attrs import string_attr
 from ..capture.functions import add_to_graph, function_def, graph_callee, static_outputs
 from ..capture.placeholder import Placeholder
@@ -269,6 +271,8 @@ def real_argument(value: Any, dtype: str):
         return value.value
     if isinstance(value, tf.Tensor):
         return value
+    if type(value) is np.ndarray:  # the batch Python fed: the common case, made cheaply
+        return eager_constant(value, dtype)
     return tf.convert_to_tensor(value, dtype)
 
 

@@ -368,7 +368,7 @@ def _numpy_as_tensors(value):
     """``value`` with every numpy array or scalar (also in lists and tuples) as an eager tensor
     of its dtype (no op runs: nothing is recorded or co-executed)."""
     if isinstance(value, np.ndarray | np.generic):
-        return tf_ops.convert_to_tensor(value)
+        return capture.eager_constant(value)
     if type(value) is list or type(value) is tuple:
         return type(value)(_numpy_as_tensors(v) for v in value)
     if type(value) is dict:

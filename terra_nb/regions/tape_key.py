@@ -111,8 +111,7 @@ class CopyValues:
         x = self.copy.outside[index]
         if dtype is None:
             return x
-        with capture.bypass():  # as the op converted it: no op of the program
-            return tf.convert_to_tensor(x, dtype)
+        return capture.eager_constant(x, dtype)  # as the op converted it
 
 
 def arg_sources(copy: CopyKey, externals: list, numpy_args: dict) -> list[tuple] | None:

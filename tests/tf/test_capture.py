@@ -229,3 +229,22 @@ def test_hooks_removed_by_a_collection_during_eager_ops():
         gc.set_threshold(*old)
     gc.collect()
     assert not capture.is_installed()
+
+
+def test_eager_constant_is_tf_constant_without_an_op():
+    """What the engine makes of fed numpy batches and Python numbers: the tensor tf.constant
+    makes (dtype, shape, bits; a cast where asked; a copy, not a view of the array), and no op
+    reaches the hooks."""
+    batch = np.random.default_rng(0).normal(size=(4, 3))
+    values = [(batch, None), (batch, tf.float32), (batch[:, 1], "float32"),
+              (np.float32(2.5), None), ([3, 1], tf.int32), (7, tf.int64), (0.1, None)]
+    sink = ListSink()
+    with capture.capturing(sink):
+        made = [capture.eager_constant(v, dtype) for v, dtype in values]
+    assert sink.ops == []
+    for t, (v, dtype) in zip(made, values):
+        want = tf.constant(v, dtype)
+        assert type(t) is type(want) and t.dtype == want.dtype and t.shape == want.shape
+        assert t.numpy().tobytes() == want.numpy().tobytes()
+    batch[0, 0] = 99.0
+    assert made[0].numpy()[0, 0] != 99.0
