@@ -25,19 +25,25 @@ def _op_def(op_type: str):
 
 def split_call(op_type: str, args, attrs) -> tuple[list, dict]:
     """Inputs (list arguments flattened) and attrs as a dict, for either path."""
-    op_def = _op_def(op_type)
     if attrs is None:  # fast path: inputs in OpDef order, then attr name/value pairs
+        op_def = _op_def(op_type)
         n = len(op_def.input_arg)
         raw_inputs, pairs = args[:n], args[n:]
         attr_dict = dict(zip(pairs[::2], pairs[1::2]))
-        inputs = []
-        for arg, value in zip(op_def.input_arg, raw_inputs):
-            is_list = arg.number_attr or arg.type_list_attr
-            inputs.extend(value if is_list and isinstance(value, (list, tuple)) else [value])
-        if op_def is not None:
-            _infer_list_attrs(op_def, raw_inputs, attr_dict)
-        return inputs, attr_dict
+        _infer_list_attrs(op_def, raw_inputs, attr_dict)
+        return split_inputs(op_type, args, attrs), attr_dict
     return list(args), {name_of(n): v for n, v in zip(attrs[::2], attrs[1::2])}
+
+
+def split_inputs(op_type: str, args, attrs) -> list:
+    """The inputs of ``split_call`` alone (a tape's copy keys its ops' inputs every call)."""
+    if attrs is not None:
+        return list(args)
+    inputs = []
+    for arg, value in zip(_op_def(op_type).input_arg, args):  # stops before the attr pairs
+        is_list = arg.number_attr or arg.type_list_attr
+        inputs.extend(value if is_list and isinstance(value, (list, tuple)) else [value])
+    return inputs
 
 
 def _infer_list_attrs(op_def, raw_inputs, attr_dict) -> None:

@@ -25,7 +25,7 @@ from tensorflow.python import pywrap_tfe
 from tensorflow.python.framework import ops as tf_ops
 
 from .. import capture
-from ..capture.attrs import split_call
+from ..capture.attrs import split_inputs
 from ..capture.recorder import flatten
 from ..capture.signature import MAX_VALUES, op_info, op_type_of
 from ..coexec.lower import NOINLINE, SegmentOp, Wire
@@ -65,7 +65,7 @@ class TapeTee(RecordingTee):
 
 
 def _inputs(op_type: str, args, attrs) -> list:
-    return list(args) if op_type == REGION_OP else split_call(op_type, args, attrs)[0]
+    return list(args) if op_type == REGION_OP else split_inputs(op_type, args, attrs)
 
 
 def _shape_like(op_type: str, inputs: list) -> tuple:

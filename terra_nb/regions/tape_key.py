@@ -22,6 +22,7 @@ from ..capture.signature import _attr_key, op_info
 from .tape import REGION_OP, TapeTee, is_baked, is_filler, tape_inputs
 
 _EAGER = tf_ops.EagerTensor
+_RESOURCE = tf.resource.as_datatype_enum
 
 
 class CopyKey:
@@ -33,6 +34,7 @@ class CopyKey:
         self.names: dict[tuple, int] = {}  # name of an outside value -> its index
         self.outside: list = []
         self.outputs: list[list] = []
+        self._specs: dict[int, tuple] = {}  # tensor id -> ``_outside``'s answer
         parts = []
         for p, raw in enumerate(tee.raw):
             parts.append(self._op(tee, p, *raw))
@@ -63,7 +65,7 @@ class CopyKey:
             return made
         if is_filler(x):
             return ("filler",)
-        return (self._name(("t", x._id), x), x.dtype, x._shape_tuple())
+        return self._outside(x)
 
     def _input(self, x, like: bool):
         t = type(x)
@@ -71,13 +73,13 @@ class CopyKey:
             made = self.made.get(x._id)
             if made is not None:
                 return made
-            if x.dtype == tf.resource:
+            if x._datatype_enum() == _RESOURCE:
                 return ("var", x._id)
             if is_filler(x):
                 return ("filler",)
             if like and is_baked(x):
                 return ("baked", x.dtype, x._shape_tuple(), x.numpy().tobytes())
-            return ("outside", self._name(("t", x._id), x), x.dtype, x._shape_tuple())
+            return ("outside", *self._outside(x))
         if t is np.ndarray or isinstance(x, np.generic):
             if like and is_baked(x):
                 return ("baked", x.dtype.str, np.shape(x), x.tobytes())
@@ -87,6 +89,14 @@ class CopyKey:
         if t is list or t is tuple:
             return (t, tuple([self._input(v, like) for v in x]))
         return (t, x) if t in (bool, int, str, type(None)) else (t, repr(x))
+
+    def _outside(self, x) -> tuple:
+        """An outside tensor's (index, dtype, shape), read once per copy (a variable's handle
+        or the batch is an input of most ops)."""
+        spec = self._specs.get(x._id)
+        if spec is None:
+            spec = self._specs[x._id] = (self._name(("t", x._id), x), x.dtype, x._shape_tuple())
+        return spec
 
     def _name(self, name: tuple, x) -> int:
         index = self.names.get(name)
