@@ -155,8 +155,7 @@ class TapeRecording(Recording):
         converts it to; a Python number or a baked axis stays a constant of the code."""
         if isinstance(x, np.ndarray | np.generic) and id(x) not in self._baked:
             self.numpy_args[len(self.externals)] = (id(x), dtype)
-            with capture.bypass():
-                x = tf.convert_to_tensor(x, dtype)
+            x = capture.eager_constant(x, dtype)
             self._arg_ids[x._id] = len(self.externals)
             self.externals.append(x)
             return Wire("arg", self._arg_ids[x._id]), False
