@@ -184,6 +184,10 @@ class Regions:
         self.awaiting[key] = 0
         self.changed = True
 
+    def came(self, key: tuple) -> None:
+        """``key``'s call is awaited no more (it came, or its region or rent account is gone)."""
+        self.awaiting.pop(key, None)
+
     def end_iteration(self) -> None:
         """The Terra iteration ended: the next one runs for real while a call is awaited."""
         self.tapes.end_iteration()
@@ -194,7 +198,7 @@ class Regions:
 
     def _drop(self, key: tuple) -> None:
         """The region of ``key`` is no longer answered; its functions stay named."""
-        self.awaiting.pop(key, None)
+        self.came(key)
         region, row = self.table.pop(key), self.rows[key]
         self.dropped.update((c.op_type, c) for c in region.calls(row.source, row.call))
 
@@ -247,7 +251,7 @@ class Regions:
             result = region.run(tensors)
             if result is not DECLINED:
                 row.hits += 1
-                self.awaiting.pop(key, None)
+                self.came(key)
                 return result
             # B is not differentiable: a call whose gradient may be taken again (two tapes, a
             # persistent one), or one whose F or B cannot be compiled, runs its Python from now on

@@ -12,17 +12,16 @@ arguments are found again by position (``CopyValues``).
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops
 
 from .. import capture
 from ..capture.placeholder import Placeholder
 from ..capture.recorder import flatten
 from ..capture.signature import _attr_key, op_info
+from ..coexec.call_args import RESOURCE_ENUM
 from .tape import REGION_OP, TapeTee, is_baked, is_filler, tape_inputs
 
 _EAGER = tf_ops.EagerTensor
-_RESOURCE = tf.resource.as_datatype_enum
 
 
 class CopyKey:
@@ -73,7 +72,7 @@ class CopyKey:
             made = self.made.get(x._id)
             if made is not None:
                 return made
-            if x._datatype_enum() == _RESOURCE:
+            if x._datatype_enum() == RESOURCE_ENUM:
                 return ("var", x._id)
             if is_filler(x):
                 return ("filler",)

@@ -222,7 +222,7 @@ class Tapes:
         if rental is None:
             if len(self.pending) >= MAX_PENDING:
                 for pending in self.pending:  # (deferred keys are pending ones)
-                    self.regions.awaiting.pop(pending, None)
+                    self.regions.came(pending)
                 self.pending.clear()
             rental = self.pending[key] = Rental(estimate=_estimate(rec), cautious=True)
         rental.sighted(self.iteration)
@@ -314,7 +314,7 @@ class Tapes:
         with capture.bypass(), capture.quiet_reads():  # terra-nb's check: no program read
             same = all(_same(a, b) for a, b in zip(mine, theirs))
         self.pending.pop(key, None)
-        self.regions.awaiting.pop(key, None)
+        self.regions.came(key)
         if rental.estimate > 0:  # later estimates scaled to what this one measured
             formed = FALLBACK_FACTOR * (built + ran) / rental.estimate
             self.scale = min(10.0, max(0.1, 0.5 * self.scale + 0.5 * formed))
