@@ -104,8 +104,7 @@ class Terra:
         and stays in tracing; ``strict``: a fallback after warm-up raises; ``xla``: compile the
         graph segments with XLA; ``compile_after``: a graph segment is compiled the n-th time
         it runs at the earliest, and once its runs op by op have cost what its compile would
-        (``coexec/compile_policy.py``), in the background: its ops run eagerly until then and
-        until the compile is ready (1: compile at once, before its first run; XLA: at its n-th);
+        (``coexec/compile_policy.py``); until then its ops run eagerly (1: compile at once);
         ``program``: ``"segments"`` runs the confirmed ops in compiled straight-line segments,
         ``"whole"`` runs each co-executed iteration as one generated program with
         ``switch_case``/``while_loop`` (coexec mode only; see ``Terra.program``); ``learned``:

@@ -21,8 +21,7 @@ and paid then (``python_waits``). A step whose loss is read right after its segm
 (mlp-small: counting all the calls' time compiled its segments for nothing, 455 -> 312 it/s); one
 that goes on to its next step meanwhile does (mlp-python's last segment, 1.2 ms of region calls
 then 2 ms of Python: 3.4 -> 2.0 ms iterations once compiled). The estimate is scaled by what
-compiles measured on this machine (on the Compiler's thread: a segment due compiles in the
-background while its runs go on interpreted, ``compiler.py``).
+compiles measured on this machine.
 
 When the loop's length is known (its iterable has a ``len``: a list, a range, a finite
 ``tf.data.Dataset``; ``horizon``), the rental knows how long it lasts (``rental.py``): a segment
@@ -136,14 +135,18 @@ class CompilePolicy:
         return young.due(self.horizon, self.scale)
 
     def ran(self, young: Young, seconds: float, calls: float = 0.0,
-            waited: float | None = None) -> None:
+            waited: float | None = None, compiling: float = 0.0) -> None:
         """An interpreted run of ``young`` took ``seconds``, ``calls`` of them in the functions
         its ops call; in the loop's thread, after Python ``waited`` for the graph to run what was
-        issued before it (None: on the GraphRunner thread, while Python went on)."""
+        issued before it (None: on the GraphRunner thread, while Python went on), ``compiling``
+        of that for compiles."""
         # a compiled run would spend the called functions' time alike (region F and B, user
         # functions): the rest is rent (dispatch, the parallelism one executor finds, and in the
-        # loop's thread Python's wait for the graph). No wait is for a compile: compiles run in
-        # the background (compiler.py), or at once when asked (XLA), where rent decides nothing
+        # loop's thread Python's wait for the graph). A wait for a compile is no rent: a compile
+        # happens once, and rent is what later runs lose too (on rnn-varlen each compile's wait
+        # was the next young segment's rent, and compiled it: every length's segments in the
+        # benchmark's window)
+        waited = None if waited is None else max(0.0, waited - compiling)
         inlined = min(calls, CALL_GAIN_S * young.call_ops)  # what compiled calls save
         lost = seconds - calls + inlined + (waited or 0.0)
         young.seconds += (seconds - young.seconds) / (young.runs + 1)
@@ -169,13 +172,11 @@ class CompilePolicy:
         """The young segments, oldest first."""
         return tuple(young.segment for young in self._young.values())
 
-    def compiled(self, key: tuple) -> Young | None:
-        """``key`` is compiled: forget it as young (its estimate waits for ``learn``); returns
-        it (None: never seen young)."""
+    def compiled(self, key: tuple) -> None:
+        """``key`` is compiled: forget it as young (its estimate waits for ``learn``)."""
         young = self._young.pop(key, None)
         if young is not None:
             self._compiling[key] = young.estimate
-        return young
 
     def learn(self, key: tuple, seconds: float) -> None:
         """``key``'s compile and first run took ``seconds``: scale later estimates to this

@@ -4,11 +4,11 @@ It runs, in the order Python issued them, a ``WorkItem`` per segment flush (the 
 a ``Segment``, its arguments, the placeholders its values go to) and a ``ProgramRun`` per
 iteration of the whole program (program_runner.py feeds it through its channels). The queue is
 bounded: Python runs ahead of the graph by a bounded amount of work (back-pressure). A segment is
-compiled at the earliest at its ``compile_after``-th run, once its interpreted runs have cost what
-its compile would (``compile_policy.py``), in the background (``compiler.py``); until it is ready
-its ops run eagerly, one by one. A failure is kept and raised in Python at its next
-synchronisation point (a fetch, a flush that waits, the end of the loop); then the values made
-before the failing op are readable (salvage.py).
+compiled and cached at the earliest at its ``compile_after``-th run, once its interpreted runs have
+cost what its compile would (``compile_policy.py``); until then its ops run eagerly, one by one. A
+failure is kept and raised in Python at its next synchronisation point (a fetch, a flush that
+waits, the end of the loop); then the values made before the failing op are readable
+(salvage.py).
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ from .. import capture
 from ..errors import TerraError
 from ..timeline import RunnerSpan
 from .compile_policy import CompilePolicy, Young
-from .compiler import Compiler, compile_function, xla_refused
 from .lower import (
+    FunctionCall,
     Segment,
+    compile_segment,
     eager_equal_config,
     interpretable,
     make_segment,
@@ -146,7 +147,6 @@ class GraphRunner:
         self._segments: dict[tuple, Segment] = {}
         self._queue: queue.Queue = queue.Queue(maxsize=max_ahead)
         self._thread = threading.Thread(target=self._run, name="terra-graph-runner", daemon=True)
-        self.compiler: Compiler | None = None  # started at the first compile it is asked
 
     def start(self) -> None:
         """Start the thread (where a Ctrl-C is held back: one landing inside ``Thread.start``
@@ -168,10 +168,10 @@ class GraphRunner:
             self._queue.put(item)  # compiled, or interpreted there while Python goes on
             return
         self.python_waits()
-        waited = time.perf_counter()
+        waited, compiled = time.perf_counter(), self.policy.compile_seconds
         self._queue.join()  # everything issued before it runs first
         with capture.bypass(), record.stop_recording():  # not Python's ops: nothing to record
-            self._process(item, segment, waited)
+            self._process(item, segment, waited, self.policy.compile_seconds - compiled)
 
     def run_program(self, run: ProgramRun) -> None:
         """Queue a whole program's run for an iteration (runs after the work queued before)."""
@@ -183,52 +183,28 @@ class GraphRunner:
         """The segment to run op by op: one not worth compiling yet (``item.young``, see
         compile_policy.py), or one TensorFlow could not compile; None: queue it for the
         compiled function."""
-        cached = self._cache.get(item.key) or self._compiled_since(item.key)
+        cached = self._cache.get(item.key)
         if isinstance(cached, Segment):
             return cached
         if cached is not None or self.compile_after <= 1:
             return None
         young = self.policy.young(item.key, lambda: make_segment(item.key, item.entries))
         young.sighted(item.iteration)
-        # XLA: no estimate of its compile, so compiled at its ``compile_after``-th run, there
-        due = sightings >= self.compile_after and self.xla
-        if due or not interpretable(young.segment):  # compiled at this run, on the GraphRunner
+        # XLA: no estimate of its compile, so compiled as asked (``compile_after``)
+        due = sightings >= self.compile_after and (
+            self.xla or self.policy.worth_compiling(item.key))
+        if due or not interpretable(young.segment):
             self.policy.compiled(item.key)
             return None
-        if sightings >= self.compile_after and self.policy.worth_compiling(item.key):
-            # compiled in the background; until then it runs op by op (compiler.py)
-            if self.compiler is None:
-                self.compiler = Compiler(self.handles)
-            self.compiler.ask(item.key, young.segment)
         item.young = young
         return young.segment
-
-    def _compiled_since(self, key: tuple):
-        """The Compiler's function for ``key`` (now cached; or the segment, not compilable)."""
-        done = self.compiler and self.compiler.take(key)
-        if not done:
-            return None
-        function, seconds = done
-        young = self.policy.compiled(key)
-        self.policy.learn(key, seconds)
-        self._keep(key, function, young and young.segment)
-        return function
-
-    def _keep(self, key: tuple, function, segment: Segment | None) -> None:
-        """Cache ``key``'s ``function`` (of ``segment``); drop the least recently used."""
-        self._cache[key] = function
-        if segment is not None and not isinstance(function, Segment):
-            self._segments[key] = segment
-        if len(self._cache) > self.max_compiled:
-            dropped, _ = self._cache.popitem(last=False)
-            self._segments.pop(dropped, None)
 
     def _sighted(self, key: tuple) -> int:
         """How many times ``key`` has been submitted, this one included."""
         if len(self._sightings) > 4096:  # many one-off paths: forgetting only delays a compile
             self._sightings.clear()
-        self._sightings[key] = self._sightings.get(key, 0) + 1
-        return self._sightings[key]
+        count = self._sightings[key] = self._sightings.get(key, 0) + 1
+        return count
 
     def wait_idle(self, deliver: bool = True) -> None:
         """Block until every submitted item has run; raise a failure Python was not told of
@@ -240,7 +216,8 @@ class GraphRunner:
 
     def python_waits(self) -> None:
         """Python needs the graph now (it reads a value or waits): the compile policy learns
-        what Python did since the last segment it ran itself (``CompilePolicy.python_waits``)."""
+        what Python did since the last segment it ran itself (see ``CompilePolicy.python_waits``).
+        """
         self.policy.python_waits()
 
     def deliver(self, error: BaseException) -> None:
@@ -269,19 +246,14 @@ class GraphRunner:
         return self._queue.unfinished_tasks > 0
 
     def close(self) -> None:
-        """Finish the queued work and stop the threads (idempotent); a compile not begun yet
-        is dropped."""
-        try:
-            if self._thread.is_alive():
-                self._queue.put(None)
-                try:
-                    self._thread.join()
-                except KeyboardInterrupt:  # a Ctrl-C while it finishes: it still ends, then raise
-                    self._thread.join()
-                    raise
-        finally:
-            if self.compiler is not None:
-                self.compiler.close()
+        """Finish the queued work and stop the thread (idempotent)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            try:
+                self._thread.join()
+            except KeyboardInterrupt:  # a Ctrl-C while it finishes: it still ends, then raise
+                self._thread.join()
+                raise
 
     @property
     def compiled(self) -> int:
@@ -307,8 +279,9 @@ class GraphRunner:
             if item is None:
                 self._queue.task_done()
                 return
-            self.spans.append(RunnerSpan("graph", "stall", item.iteration, item.phase, idle_since,
-                                         time.perf_counter()))
+            self.spans.append(RunnerSpan(
+                "graph", "stall", item.iteration, item.phase, idle_since, time.perf_counter()
+            ))
             try:
                 if type(item) is ProgramRun:
                     self._run_program(item)
@@ -319,9 +292,10 @@ class GraphRunner:
                 self._queue.task_done()
 
     def _process(self, item: WorkItem, interpret: Segment | None = None,
-                 waited: float | None = None) -> None:
+                 waited: float | None = None, compiling: float = 0.0) -> None:
         """Run ``item`` (compiled, or ``interpret``'s ops one by one); keep a failure for Python.
-        ``waited``: when Python began to wait for this run."""
+        ``waited``: when Python began to wait for this run; ``compiling``: how much of the wait
+        was for compiles."""
         start, calls = time.perf_counter(), []
         young = item.young
         try:
@@ -342,7 +316,7 @@ class GraphRunner:
             end = time.perf_counter()
             if young is not None:
                 self.policy.ran(young, end - start, sum(calls),
-                                None if waited is None else start - waited)
+                                None if waited is None else start - waited, compiling)
             self.spans.append(RunnerSpan("graph", "exec", item.iteration, item.phase, start, end))
             item.release()
             item.done.set()
@@ -357,11 +331,12 @@ class GraphRunner:
 
     def _execute(self, item: WorkItem) -> None:
         function, first = self._cache.get(item.key), None
-        if function is None:  # compiled at its first run (``compile_after``), or dropped since
+        if function is None:
             first = time.perf_counter()
-            segment = make_segment(item.key, item.entries)
-            function = compile_function(segment, self.handles, self.xla)
-            self._keep(item.key, function, segment)
+            function = self._cache[item.key] = self._compile(item)
+            if len(self._cache) > self.max_compiled:
+                dropped, _ = self._cache.popitem(last=False)
+                self._segments.pop(dropped, None)
         else:
             self._cache.move_to_end(item.key)
         if isinstance(function, Segment):  # it cannot be compiled: its ops run one by one
@@ -372,11 +347,12 @@ class GraphRunner:
         try:
             values = function(*args)
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
-            if not xla_refused(error):
+            if not _xla_refused(error):
                 raise
             # XLA has no kernel for an op of it: nothing ran; run it compiled without XLA
-            function = self._cache[item.key] = compile_function(
-                make_segment(item.key, item.entries), self.handles)
+            segment = make_segment(item.key, item.entries)
+            function = self._cache[item.key] = FunctionCall(
+                compile_segment(segment, self.handles, False))
             values = function(*args)
         if first is not None:
             self.policy.learn(item.key, time.perf_counter() - first)
@@ -386,6 +362,20 @@ class GraphRunner:
         self.interpreted += 1
         args = [real_argument(a, dtype) for a, (dtype, _) in zip(item.args, segment.args)]
         self._deliver_values(item, run_segment(segment, args, self.handles, calls))
+
+    def _compile(self, item: WorkItem):
+        """The compiled function of ``item``'s segment; the segment itself when TensorFlow
+        cannot build it as a graph although its ops ran eagerly (an argument whose value
+        the graph needs for a static shape, as ``RaggedTensor.to_tensor`` has)."""
+        segment = make_segment(item.key, item.entries)
+        try:
+            function = FunctionCall(compile_segment(segment, self.handles, self.xla))
+        except (ValueError, TypeError):
+            if not interpretable(segment):
+                raise
+            return segment
+        self._segments[item.key] = segment
+        return function
 
     @staticmethod
     def _deliver_values(item: WorkItem, values: list) -> None:
@@ -397,3 +387,8 @@ class GraphRunner:
                 )
             placeholder.resolve(value)
 
+
+def _xla_refused(error: BaseException) -> bool:
+    """Whether XLA refused to compile a segment (an op it has no kernel for): nothing ran."""
+    text = str(error)
+    return "XLA" in text and ("unsupported operations" in text or "No registered" in text)

@@ -98,16 +98,9 @@ def alternating(loop, iterable_of):
         v.assign(y)
         values.append(float(tf.reduce_sum(y)))
         if first is None and getattr(loop, "__self__", None) is not None \
-                and _compiles_asked(loop.__self__):
+                and loop.__self__.compiled_segments:
             first = i
     return values, v.numpy(), first
-
-
-def _compiles_asked(terra) -> int:
-    """Compiles the policy has asked so far (each runs compiled once its background compile is
-    done, compiler.py)."""
-    compiler = terra._engine.runner.graph.compiler
-    return compiler.count if compiler else 0
 
 
 def _run(iterable_of):
