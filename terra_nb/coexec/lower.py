@@ -111,7 +111,7 @@ def _op_def_rule(op: SegmentOp, inputs: list) -> list:
         inputs = [fusion_barrier(inputs[0])]
     attrs = dict(op.attrs)
     kwargs = _group_inputs(op_def, attrs, inputs)
-    inferred = _inferred(op.op_type, op_def)
+    inferred = _inferred(op.op_type)
     kinds = {a.name: a.type for a in op_def.attr}
     kwargs.update(
         {k: string_attr(v) if kinds[k] in _STRINGS else v
@@ -138,18 +138,13 @@ def _create(op_type: str, op_def, name: str, kwargs: dict):
 
 
 _STRINGS = ("string", "list(string)")
-_inferred_cache: dict[str, frozenset[str]] = {}
 
 
-def _inferred(op_type: str, op_def) -> frozenset[str]:
+@functools.cache
+def _inferred(op_type: str) -> frozenset[str]:
     """Attrs TensorFlow infers from the inputs (passing them is an error)."""
-    names = _inferred_cache.get(op_type)
-    if names is None:
-        names = frozenset(
-            n for a in op_def.input_arg for n in (a.type_attr, a.number_attr, a.type_list_attr) if n
-        )
-        _inferred_cache[op_type] = names
-    return names
+    args = op_def_registry.get(op_type).input_arg
+    return frozenset(n for a in args for n in (a.type_attr, a.number_attr, a.type_list_attr) if n)
 
 
 def _group_inputs(op_def, attrs: dict, flat: list) -> dict:
@@ -334,6 +329,7 @@ def eager_equal_config() -> bytes:
 
 
 NOINLINE = {"_noinline": True}  # tf.function attributes of a function that is never inlined
+NO_ACD = {"_disable_acd": True}  # ... whose body orders its effects itself
 
 
 class FunctionCall:
@@ -366,19 +362,23 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
         graph = tf.compat.v1.get_default_graph()
         env: list[list] = []
         since_effect: list = []  # graph ops built since the last op with side effects
-
+        effect_ops: list = []  # those of the last op with side effects
         for op in segment.ops:
             inputs = _inputs(op, env, args, handles)
-            # As in eager, an op with side effects runs only if every op Python issued before
-            # it succeeded (tf.function itself orders only side-effecting ops among themselves).
+            # As in eager, an op with side effects runs once every op Python issued before it
+            # succeeded, and one that reads a variable after it (tf.function's automatic control
+            # dependencies, off: they cost ~20% of a compile and order only ops on one resource)
             effect = has_side_effect(op.op_type)
+            reads = not effect and any(t.dtype == tf.resource for t in inputs)
+            deps = since_effect if effect else effect_ops if reads else None
             before = len(graph.get_operations())
-            with tf.control_dependencies(since_effect) if effect else contextlib.nullcontext(), \
+            with tf.control_dependencies(deps) if deps else contextlib.nullcontext(), \
                     _on(op.device):
                 outputs = lower(op, inputs)
             built = graph.get_operations()[before:]
             if effect:
-                since_effect = list(built)
+                since_effect = effect_ops = list(built)
+                graph.control_outputs.extend(built)  # it runs although nothing reads it
             else:
                 since_effect.extend(built)
             if len(outputs) != op.n_outputs:
@@ -394,5 +394,5 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
     # a segment holding one runs without XLA.
     xla = xla and not any(op.op_type.startswith("Stateless") for op in segment.ops)
     function = tf.function(body, autograph=False, jit_compile=xla or None, reduce_retracing=False,
-                           experimental_attributes=NOINLINE if noinline else None)
+                           experimental_attributes={**NO_ACD, **(NOINLINE if noinline else {})})
     return function.get_concrete_function(*specs)

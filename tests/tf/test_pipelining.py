@@ -84,20 +84,29 @@ def test_only_ops_with_side_effects_wait_for_every_earlier_op():
             SegmentOp(3, "Mul", mul, (("op", 2, 0), ("op", 2, 0)), 1),
             SegmentOp(4, "AssignVariableOp", f32 + (("validate_shape", False),),
                       (("var", 1, 0), ("op", 1, 0)), 0),
+            SegmentOp(5, "ReadVariableOp", f32, (("var", 1, 0),), 1),
+            SegmentOp(6, "Mul", mul, (("op", 3, 0), ("op", 3, 0)), 1),
+            SegmentOp(7, "AssignVariableOp", f32 + (("validate_shape", False),),
+                      (("var", 2, 0), ("op", 6, 0)), 0),
         ),
         args=(),
-        returns=((3, 0),),
+        returns=((3, 0), (5, 0)),
     )
     function = compile_segment(segment, {1: v.handle, 2: w.handle})
     ops = function.graph.get_operations()
     control = {op.name: {c.name for c in op.control_inputs} for op in ops}
     # A read changes nothing: it need not wait for the Mul issued before it (parallelism) ...
     assert "terra_node_1" not in control["terra_node_2"]
-    # ... while the write runs only after every op issued before it has succeeded.
+    # ... while the write runs only after every op issued before it has succeeded, a read
+    # issued after a write waits for it, and an op that reads no variable does not
     assert {"terra_node_2", "terra_node_3"} <= control["terra_node_4"]
-    expected_w, expected_v = (w * w).numpy().tolist(), (v * v).numpy().tolist()
-    assert function()[0].numpy().tolist() == expected_w
-    assert v.numpy().tolist() == expected_v
+    assert control["terra_node_5"] == {"terra_node_4"} and not control["terra_node_6"]
+    # the writes run although nothing reads them (the last one's value is not returned)
+    assert {"terra_node_4", "terra_node_7"} <= {op.name for op in function.graph.control_outputs}
+    w2, v2 = (w * w).numpy(), (v * v).numpy()
+    values = function()
+    assert values[0].numpy().tolist() == w2.tolist() and values[1].numpy().tolist() == v2.tolist()
+    assert v.numpy().tolist() == v2.tolist() and w.numpy().tolist() == (w2 * w2).tolist()
 
 
 def _tanh_loop(loop, trip_counts):
