@@ -361,8 +361,7 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
     def body(*args):
         graph = tf.compat.v1.get_default_graph()
         env: list[list] = []
-        since_effect: list = []  # graph ops built since the last op with side effects
-        effect_ops: list = []  # those of the last op with side effects
+        since_effect, effect_ops = [], []  # ops built since the last op with side effects; its own
         for op in segment.ops:
             inputs = _inputs(op, env, args, handles)
             # As in eager, an op with side effects runs once every op Python issued before it
@@ -376,9 +375,11 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
                     _on(op.device):
                 outputs = lower(op, inputs)
             built = graph.get_operations()[before:]
+            if effect or reads:  # a write runs although nothing reads it; inlined (a region's F),
+                # a later write waits for its reads too (not for a captured handle's placeholder)
+                graph.control_outputs.extend(o for o in built if o.type != "Placeholder")
             if effect:
-                since_effect = effect_ops = list(built)
-                graph.control_outputs.extend(built)  # it runs although nothing reads it
+                since_effect, effect_ops = list(built), list(built)
             else:
                 since_effect.extend(built)
             if len(outputs) != op.n_outputs:
