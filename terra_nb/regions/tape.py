@@ -180,9 +180,9 @@ def _region_grads(rec: TapeRecording, view, p: int, out_grads: list, value) -> l
     """A region's gradient inside G: its B's body on its saved values and the out-grads (zeros
     where none, as the tape gives a recorded op), as ``Region.run`` records it. Inlined: a
     function called inside G ran twice as slow."""
-    if not fill_out_grads(rec, p, out_grads):
+    if not fill_out_grads(rec, p, out_grads, value):
         return [None] * len(rec.ops[p].inputs)
-    saved = [value(wire_key(w)) if isinstance(w, Wire) else tf.zeros(w[2], w[1])
+    saved = [value(wire_key(w)) if isinstance(w, Wire) else value.zeros(w[2], w[1])
              for w in rec.saved_wires[p]]
     return list(rec.backwards[p].body(*saved, *out_grads))  # B's ops, traced into G
 
