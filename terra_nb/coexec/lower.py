@@ -361,7 +361,7 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
     def body(*args):
         graph = tf.compat.v1.get_default_graph()
         env: list[list] = []
-        since_effect, effect_ops = [], []  # ops built since the last op with side effects; its own
+        since_effect, effect_ops = [], []  # graph ops since the last op with effects, and its
         for op in segment.ops:
             inputs = _inputs(op, env, args, handles)
             # As in eager, an op with side effects runs once every op Python issued before it
@@ -379,7 +379,7 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
                 # a later write waits for its reads too (not for a captured handle's placeholder)
                 graph.control_outputs.extend(o for o in built if o.type != "Placeholder")
             if effect:
-                since_effect, effect_ops = list(built), list(built)
+                since_effect, effect_ops = list(built), built
             else:
                 since_effect.extend(built)
             if len(outputs) != op.n_outputs:

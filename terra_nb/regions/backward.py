@@ -210,17 +210,17 @@ def backward_body(region, watched_args: tuple, saved_keys: list):
         grads: dict = {}
         for w, g in zip(outs, flat[len(saved_keys):]):
             grads.setdefault(wire_key(w), []).append(g)
-        return _result(region, watched_args, propagate(region, view, grads, value))
+        return _result(region, watched_args, propagate(region, view, grads, value), value)
 
     return body
 
 
-def _result(region, watched_args: tuple, grads: dict) -> list:
+def _result(region, watched_args: tuple, grads: dict, value: _Values) -> list:
     res = [_aggregate(grads.get(("arg", i))) for i in watched_args]
     res += [_aggregate(grads.get(("var", k))) for k in region.trainable]
     specs = [region.rec.args[i] for i in watched_args] + \
         [(v.dtype.name, tuple(v.shape)) for v in region.t_vars]
-    return [tf.zeros(s[1], s[0]) if g is None else g for g, s in zip(res, specs)]
+    return [value.zeros(s[1], s[0]) if g is None else g for g, s in zip(res, specs)]
 
 
 def build_backward(region, watched_args: tuple):
