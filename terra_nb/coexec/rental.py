@@ -16,9 +16,13 @@ the loop, reaches the cost.
   each length twice in a row now and then.
 
 A ``cautious`` rental values every run, paid or ahead, at its least run's rent, its first
-``WARM_RUNS`` left out: for rent that varies with what else runs (a tape's gradient costs 5-10x
-as much in a traced iteration, and 3-5x in the first co-executed ones, while young segments run
-op by op beside it, as later), and for a purchase that costs a fallback as well.
+``WARM_RUNS`` left out and ``LEAST_OF`` runs at least after them: for rent that varies with what
+else runs (a tape's gradient costs 5-10x as much in a traced iteration, and 3-5x in the first
+co-executed ones, while young segments run op by op beside it, as later), and for a purchase that
+costs a fallback as well. One run is no least: rnn-varlen's length-8 G formed mid-window on the
+one run its rent had, 3.8 ms beside a segment's compile, against ~0.6 ms later (its window 290 ->
+140-190 it/s: the G's formation, the segments it changed recompiled, and the other lengths'
+tapes still copied).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ STEADY_SHARE = 0.9  # submitted in this share of the iterations since its first 
 STEADY_AFTER = 3  # ... and in this many: the steady path
 LOOKAHEAD = 20  # iterations of rent a steady one pays ahead
 WARM_RUNS = 2  # a cautious rental's first runs set no rent (a traced one, a first co-executed one)
+LEAST_OF = 2  # ... and its least rent is of this many runs after them
 
 
 @dataclass
@@ -94,7 +99,7 @@ class Rental:
 
     def due(self, horizon: int | None, scale: float = 1.0) -> bool:
         """Whether buying it now pays: the rent paid and ahead reach its scaled estimate."""
-        if self.cautious and self.least == float("inf"):
-            return False  # warming up: no rent known
+        if self.cautious and self.runs < WARM_RUNS + LEAST_OF:
+            return False  # warming up: no rent known yet
         spent = self.runs * self.least if self.cautious else self.spent
         return spent + self.ahead(horizon) >= self.estimate * scale

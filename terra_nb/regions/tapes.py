@@ -12,7 +12,7 @@ at ``gradient``). So where the loop's length is known and a recording's G is not
 ``DECLINE_AFTER`` paid calls, it never will be in this loop (its rent paid and ahead stay about
 the same): its copies are passed to TensorFlow unwired, a call site without a G is declined, and
 once every call site is, tapes are no longer copied until the next loop. So is a call site whose
-tape held what the copy cannot see (below) in ``DECLINE_AFTER`` calls in a row, whatever the loop's
+tape held what the copy cannot see (below) in ``UNSEEN_AFTER`` calls in a row, whatever the loop's
 length.
 
 G's first call is an op co-execution has not seen: in a co-executed iteration it would be a
@@ -42,7 +42,7 @@ from ..capture import hooks
 from ..capture.location import user_line
 from ..capture.placeholder import Placeholder
 from ..coexec.compile_policy import ops_to_compile
-from ..coexec.rental import Rental
+from ..coexec.rental import LEAST_OF, WARM_RUNS, Rental
 from ..trace.tracegraph import RegionCall
 from .region import _gradient as region_gradient
 from .summary import RegionRow
@@ -58,7 +58,9 @@ MAX_MATCHED = 256  # copy keys answered without wiring
 FORM_BASE_S, FORM_PER_OP_S = 0.015, 0.0005
 FALLBACK_FACTOR = 2.0  # ... and as much again: its new op makes the next co-executed run fall back
 HIT_S = 0.0004  # a G's call, before this Terra measures its own
-DECLINE_AFTER = 3  # paid calls after which a G not due is declined (the loop's length known)
+# paid calls after which a G not due is declined (the loop's length known): its rent is known
+DECLINE_AFTER = WARM_RUNS + LEAST_OF
+UNSEEN_AFTER = 3  # calls in a row the copy cannot see, after which a call site is declined
 NAME = "GradientTape.gradient"
 
 
@@ -287,7 +289,7 @@ class Tapes:
 
     def _unseen(self, reason: str) -> None:
         """A call whose tape held what the copy cannot see (``reason``): after
-        ``DECLINE_AFTER`` such calls in a row its call site is declined too, so its tapes are no
+        ``UNSEEN_AFTER`` such calls in a row its call site is declined too, so its tapes are no
         longer copied, and ``terra.regions`` says why the site has no G (mlp-functions: a
         ``tf.function`` on the tape). Calls in iterations where a region was traced do not
         count: Keras makes its variables there (``captured_value`` on the tape)."""
@@ -296,7 +298,7 @@ class Tapes:
             return
         seen = self.unseen[row.source] = self.unseen.get(row.source, 0) + 1
         row.note(f"traced: the copy cannot see {reason}")
-        if seen >= DECLINE_AFTER:
+        if seen >= UNSEEN_AFTER:
             self._decline_site(row, f"the copy cannot see {reason}")
 
     def _decline_site(self, row: RegionRow, why: str) -> None:

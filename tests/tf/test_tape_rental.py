@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 from region_programs import MODELS, OPTIMIZERS, compare, data, state_of, training
 
-from terra_nb.coexec.rental import LOOKAHEAD, Rental
+from terra_nb.coexec.rental import LEAST_OF, LOOKAHEAD, WARM_RUNS, Rental
 from terra_nb.regions import tapes
 
 TAPE = "GradientTape.gradient"
@@ -76,6 +76,24 @@ def test_cautious_rent_is_the_least_run_after_the_warm_ones():
     # no length: the steady path, ahead by LOOKAHEAD iterations
     assert careful.steady and careful.ahead(None) == pytest.approx(LOOKAHEAD * 0.1)
     assert plain.ahead(None) == pytest.approx(LOOKAHEAD * 0.325)  # the mean
+
+
+def test_one_run_after_the_warm_ones_is_no_least():
+    """rnn-varlen's length-8 G formed on the one run its rent had, 3.8 ms beside a compile
+    (later runs ~0.6 ms): a cautious rental is due only once ``LEAST_OF`` runs set its least."""
+    rental = Rental(estimate=1.0, cautious=True)
+    runs = [0.5, 0.4] + [3.0] + [0.002] * (LEAST_OF - 1)
+    assert len(runs) == WARM_RUNS + LEAST_OF
+    for iteration, lost in enumerate(runs[:-1]):
+        rental.sighted(iteration)
+        rental.paid(lost)
+    # 3 s a run over the 96 iterations left would repay it many times over: not yet known
+    assert rental.ahead(100) > rental.estimate and not rental.due(100)
+    rental.sighted(len(runs) - 1)
+    rental.paid(runs[-1])
+    assert rental.least == 0.002
+    assert not rental.due(100)  # 0.002 a run: 0.2 s ahead, 0.008 s paid
+    assert rental.due(1000)  # ... and over 995 iterations left, ~2 s
 
 
 def test_a_loop_too_short_to_repay_g_declines_and_stops_copying(monkeypatch, copies):
