@@ -1,12 +1,18 @@
 """Throughput of eager, tf.function, lazy and co-execution on the same loops, in one run.
 
-    python benchmarks/coexec_benchmark.py [--iterations N] [--warmup W] [--repeats R] [--only NAME]
-                                          [--regions] [--cell N] [--program segments|whole]
+    python benchmarks/coexec_benchmark.py [--iterations N] [--warmup W] [--repeats R]
+                                          [--only NAME ...] [--regions] [--cell N]
+                                          [--program segments|whole]
 
 The ``lazy`` and ``coexec`` columns run op by op (``Terra(regions=False)``); ``--regions`` adds
 ``lazy+regions`` and ``coexec+regions``, which are what ``Terra()`` does by default (DESIGN 5b).
 ``--cell N`` prints the whole time of an N-iteration cell from fresh objects instead (time to
 benefit).
+
+Each Terra run is one loop over a list of W + N items, so Terra knows its length: it compiles what
+that loop repays (``coexec/rental.py``). The default (W 10, N 60) is a short loop, whose timed
+iterations still hold the compiles that repay within 70 iterations, and run interpreted what would
+repay only later; ``--warmup 200 --iterations 300`` measures the steady state of a long one.
 
 For every loop: iterations/s after warm-up for each mode (the median of R alternating rounds), the
 ratios against eager, and the per-iteration breakdown of co-execution (paper Figure 6):
@@ -327,7 +333,7 @@ def cell_times(args, modes: tuple) -> None:
     print(f"{'loop':<13} " + " ".join(f"{m + ' s':>16}" for m in modes)
           + f"   ({args.cell} iterations from fresh objects)")
     for name, build in LOOPS.items():
-        if args.only and name != args.only:
+        if args.only and name not in args.only:
             continue
         run = median_runs(build, 0, args.cell, args.repeats, modes, args.program)
         cells = [f"{'-':>16}" if isinstance(r, str) else f"{args.cell / r[0]:16.2f}"
@@ -340,7 +346,8 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3, help="rounds per loop; medians shown")
-    parser.add_argument("--only", choices=sorted(LOOPS))
+    parser.add_argument("--only", nargs="+", choices=sorted(LOOPS), metavar="NAME",
+                        help=f"these loops only, of: {', '.join(sorted(LOOPS))}")
     parser.add_argument("--program", choices=("segments", "whole"), default="segments",
                         help="how coexec runs the graph: compiled segments or one whole program")
     parser.add_argument("--regions", action="store_true",
@@ -360,7 +367,7 @@ def main() -> None:
           + "\n(coexec ms/it: py exec/py stall/graph exec/graph stall)")
     budgets = []
     for name, build in LOOPS.items():
-        if args.only and name != args.only:
+        if args.only and name not in args.only:
             continue
         run = median_runs(build, args.warmup, args.iterations, args.repeats, modes, args.program)
         print(_row(name, run, modes), flush=True)
