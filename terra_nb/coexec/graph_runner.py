@@ -28,11 +28,10 @@ from .. import capture
 from ..errors import TerraError
 from ..timeline import RunnerSpan
 from .compile_policy import CompilePolicy, Young
+from .function_call import FunctionCall, eager_equal_config
 from .lower import (
-    FunctionCall,
     Segment,
     compile_segment,
-    eager_equal_config,
     interpretable,
     make_segment,
     real_argument,

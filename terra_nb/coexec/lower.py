@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.eager import context, execute
 from tensorflow.python.framework import (
     op_def_library,
@@ -27,7 +28,7 @@ from tensorflow.python.framework import (
     op_def_registry,
     versions,
 )
-from tensorflow.python.ops import gen_array_ops, gen_functional_ops
+from tensorflow.python.ops import gen_array_ops
 
 from ..capture import eager_constant
 from ..capture.attrs import string_attr
@@ -126,15 +127,20 @@ def _create(op_type: str, op_def, name: str, kwargs: dict):
     wrappers' C++ fast path applies (every input one tensor, no function attrs, no ref inputs),
     the op is made directly: ``_apply_op_helper`` around it opens a name scope and serialises
     the graph's versions per op, half of the cost of building a region of 700 ops."""
-    graph = tf.compat.v1.get_default_graph()
     if (not op_def_library._CanExtractAttrsFastPath(op_def, kwargs)
             or any(a.is_ref for a in op_def.input_arg)):
         return op_def_library._apply_op_helper(op_type, name=name, **kwargs)[2]
     attrs, inputs, input_types, _ = op_def_library_pybind.process_inputs(
         op_type, versions.GRAPH_DEF_VERSION, kwargs)
+    return _add_op(op_type, inputs, name, input_types=input_types, attrs=attrs, op_def=op_def)
+
+
+def _add_op(op_type: str, inputs: list, name: str, **kwargs):
+    """The graph op itself, named ``name`` (made unique)."""
+    graph = tf.compat.v1.get_default_graph()
     # a name ending in "/" is taken as it is: unique_name has made it unique already
     return graph._create_op_internal(op_type, inputs, name=graph.unique_name(name) + "/",
-                                     input_types=input_types, attrs=attrs, op_def=op_def)
+                                     **kwargs)
 
 
 _STRINGS = ("string", "list(string)")
@@ -172,17 +178,29 @@ def _function_rule(op: SegmentOp, inputs: list) -> list:
     name = graph_callee(op.op_type)  # its values stay eager's
     add_to_graph(tf.compat.v1.get_default_graph(), name)
     attrs = dict(op.attrs)
-    call = (gen_functional_ops.stateful_partitioned_call if op_info(op.op_type).stateful
-            else gen_functional_ops.partitioned_call)
-    outputs = call(
-        inputs, [tf.as_dtype(a.type) for a in function_def(name).signature.output_arg],
-        name, config_proto=string_attr(attrs.get("config_proto", "")),
-        executor_type=string_attr(attrs.get("executor_type", "")), name=f"terra_node_{op.node}",
-    )
-    outputs = [] if isinstance(outputs, tf.Operation) else outputs  # no outputs: the op
+    op_type = "StatefulPartitionedCall" if op_info(op.op_type).stateful else "PartitionedCall"
+    tout = [tf.as_dtype(a.type) for a in function_def(name).signature.output_arg]
+    # made directly, as ``_create`` makes an op: the generated wrapper's ``_apply_op_helper``
+    # checks and converts every input and attr in Python, the most of compiling a segment of
+    # region calls (whose B calls take dozens of inputs)
+    call_attrs = {
+        "Tin": _type_list([t.dtype for t in inputs]), "Tout": _type_list(tout),
+        "f": attr_value_pb2.AttrValue(func=attr_value_pb2.NameAttrList(name=name)),
+        "config": attr_value_pb2.AttrValue(s=b""),
+        "config_proto": attr_value_pb2.AttrValue(s=string_attr(attrs.get("config_proto", ""))),
+        "executor_type": attr_value_pb2.AttrValue(
+            s=string_attr(attrs.get("executor_type", ""))),
+    }
+    outputs = _add_op(op_type, inputs, f"terra_node_{op.node}", dtypes=tout, attrs=call_attrs,
+                      op_def=op_def_registry.get(op_type)).outputs
     for output, (_, shape) in zip(outputs, static_outputs(op.op_type) or ()):
         output.set_shape(shape)
     return list(outputs)
+
+
+def _type_list(dtypes: list) -> attr_value_pb2.AttrValue:
+    return attr_value_pb2.AttrValue(
+        list=attr_value_pb2.AttrValue.ListValue(type=[d.as_datatype_enum for d in dtypes]))
 
 
 def lower(op: SegmentOp, inputs: list) -> list:
@@ -308,47 +326,8 @@ def has_side_effect(op_type: str) -> bool:
     return op_type not in READ_ONLY and op_info(op_type).stateful
 
 
-_CONFIG: list[bytes] = []
-
-
-def eager_equal_config() -> bytes:
-    """The serialized config every compiled function runs with: grappler off, as in eager
-    execution, which never runs it. Its passes change values: the arithmetic optimizer
-    re-associates AddN (the gradient terms of a BatchNormalization input, 1 ulp off eager; a GAN
-    amplifies that to 1e-3 in a dozen steps), the remapper's fused MatMul+BiasAdd+Relu turns a
-    NaN into 0 where eager's Relu keeps it, and constant folding turns a division by a constant
-    into a multiplication by its reciprocal (the gradient of a mean over 6 values, 1 ulp off).
-    The rest gains nothing on graphs of recorded ops, and costs: 0.3-0.4 s of the first call of
-    each new segment of a transformer step, about half of it."""
-    if not _CONFIG:
-        config = context.context().config  # a copy
-        config.allow_soft_placement = True
-        config.graph_options.rewrite_options.disable_meta_optimizer = True
-        _CONFIG.append(config.SerializeToString())
-    return _CONFIG[0]
-
-
 NOINLINE = {"_noinline": True}  # tf.function attributes of a function that is never inlined
 NO_ACD = {"_disable_acd": True}  # ... whose body orders its effects itself
-
-
-class FunctionCall:
-    """A concrete function called as one eager op by its name, its captured inputs appended,
-    with the config every compiled function runs with: ``ConcreteFunction._call_flat`` minus its
-    Python (no tape, no structure; 35 us less a call, which the loop's thread got back as less
-    wait for the GIL: mlp-small 4% faster). Keeps the ConcreteFunction (``cf``) alive: its
-    function stays registered."""
-
-    def __init__(self, cf) -> None:
-        self.cf, fn = cf, cf._inference_function
-        self.name = fn.name.decode() if isinstance(fn.name, bytes) else fn.name
-        self.caps = list(cf.captured_inputs)
-        self.n_out = len(fn.cached_definition.signature.output_arg)
-        self.attrs = ("executor_type", "", "config_proto", eager_equal_config())
-
-    def __call__(self, *args) -> list:
-        return execute.execute(self.name, self.n_out, [*args, *self.caps], self.attrs,
-                               context.context())
 
 
 def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False,

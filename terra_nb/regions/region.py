@@ -21,7 +21,8 @@ from tensorflow.python.framework.indexed_slices import IndexedSlices
 from .. import capture
 from ..capture.functions import register
 from ..capture.location import called_from_c_loop
-from ..coexec.lower import FunctionCall, Segment, Wire, compile_segment
+from ..coexec.function_call import FunctionCall
+from ..coexec.lower import Segment, Wire, compile_segment
 from ..trace.tracegraph import RegionCall
 from .backward import build_backward, trainable_dtype
 from .branches import guard_segment

@@ -9,7 +9,7 @@
   never inlined, so it keeps the grappler passes its eager call gets.
 - Grappler's constant folding turns a division by a constant into a multiplication by its
   reciprocal: ``x / 6`` (the gradient of a mean over 6 values, attention's scaling) is 1 ulp off
-  eager's. Compiled functions run without it (``lower.eager_equal_config``).
+  eager's. Compiled functions run without it (``function_call.eager_equal_config``).
 """
 
 import functools
@@ -139,3 +139,35 @@ def test_a_write_after_an_inlined_region_call_waits_for_the_calls_reads():
     assert any(functions.confirmed(op.op_type)  # the region's call ran in a compiled segment
                for segment in terra.programs for op in segment.ops)
     assert co[0] == eager[0] and np.array_equal(co[1], eager[1])
+
+
+def test_a_call_op_made_directly_is_the_generated_wrappers():
+    """``lower._function_rule`` makes a function's call op itself (the generated wrapper's Python
+    checks cost most of a compile of region calls): the op, its attrs and its values are the
+    wrapper's, and eager's."""
+    from tensorflow.python.ops import gen_functional_ops
+
+    from terra_nb.coexec.lower import Segment, SegmentOp, compile_segment
+
+    v = tf.Variable([[1.0, 2.0], [3.0, 4.0]])
+    f = tf.function(lambda x: (tf.matmul(x, v), x + 1.0))
+    x = tf.constant([[1.0, 0.5], [0.25, 2.0]])
+    eager = f(x)
+    name = f.get_concrete_function(x).name.decode()
+    config = b"\x10\x01"  # a config_proto its eager call could have had
+    segment = Segment(
+        ops=(SegmentOp(0, name, (("config_proto", config), ("executor_type", "")),
+                       (("arg", 0, 0), ("var", 1, 0)), 2),),
+        args=(("float32", (2, 2)),), returns=((0, 0), (0, 1)))
+    compiled = compile_segment(segment, {1: v.handle})
+    (call,) = [op for op in compiled.graph.get_operations() if op.name == "terra_node_0"]
+    with tf.Graph().as_default():
+        a = tf.compat.v1.placeholder(tf.float32, (2, 2))
+        h = tf.compat.v1.placeholder(tf.resource, ())
+        wrapped = gen_functional_ops.stateful_partitioned_call(
+            [a, h], [tf.float32, tf.float32], call.get_attr("f").name, config_proto=config,
+            executor_type="")[0].op
+    assert call.type == wrapped.type == "StatefulPartitionedCall"
+    assert call.node_def.attr == wrapped.node_def.attr
+    for mine, theirs in zip(compiled(x), eager):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
