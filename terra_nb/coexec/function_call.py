@@ -25,7 +25,6 @@ def eager_equal_config() -> bytes:
     return _CONFIG[0]
 
 
-
 class FunctionCall:
     """A concrete function called as one eager op by its name, its captured inputs appended,
     with the config every compiled function runs with: ``ConcreteFunction._call_flat`` minus its
