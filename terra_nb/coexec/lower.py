@@ -340,7 +340,8 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
     def body(*args):
         graph = tf.compat.v1.get_default_graph()
         env: list[list] = []
-        since_effect, effect_ops = [], []  # graph ops since the last op with effects, and its
+        since_effect: list = []  # graph ops built since the last op with effects ...
+        effect_ops: list = []  # ... and that op's own graph ops
         for op in segment.ops:
             inputs = _inputs(op, env, args, handles)
             # As in eager, an op with side effects runs once every op Python issued before it

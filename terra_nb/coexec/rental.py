@@ -97,9 +97,15 @@ class Rental:
         left = max(0, horizon - 1 - self.last)
         return rate * left * (least if self.cautious else min(self.rent, self.last_rent))
 
+    @property
+    def rent_known(self) -> bool:
+        """Whether its runs have set its rent: a cautious one's least needs ``WARM_RUNS +
+        LEAST_OF`` runs; a plain one counts each run as it comes."""
+        return not self.cautious or self.runs >= WARM_RUNS + LEAST_OF
+
     def due(self, horizon: int | None, scale: float = 1.0) -> bool:
         """Whether buying it now pays: the rent paid and ahead reach its scaled estimate."""
-        if self.cautious and self.runs < WARM_RUNS + LEAST_OF:
-            return False  # warming up: no rent known yet
+        if not self.rent_known:
+            return False  # warming up
         spent = self.runs * self.least if self.cautious else self.spent
         return spent + self.ahead(horizon) >= self.estimate * scale

@@ -8,12 +8,12 @@ the tape's own bit for bit on its first call. A call where a region was traced o
 what the next call will not (the call's ops, not the region): it neither forms nor pays.
 
 A copy costs Python too (~2 ms a step for rnn-varlen's 21 ops: each op copied, and the copy wired
-at ``gradient``). So where the loop's length is known and a recording's G is not due after
-``DECLINE_AFTER`` paid calls, it never will be in this loop (its rent paid and ahead stay about
-the same): its copies are passed to TensorFlow unwired, a call site without a G is declined, and
-once every call site is, tapes are no longer copied until the next loop. So is a call site whose
-tape held what the copy cannot see (below) in ``UNSEEN_AFTER`` calls in a row, whatever the loop's
-length.
+at ``gradient``). So where the loop's length is known and a recording's G is not due once its
+paid calls set its rent (``Rental.rent_known``), it never will be in this loop (its rent paid and
+ahead stay about the same): its copies are passed to TensorFlow unwired, a call site without a G
+is declined, and once every call site is, tapes are no longer copied until the next loop. So is
+a call site whose tape held what the copy cannot see (below) in ``UNSEEN_AFTER`` calls in a row,
+whatever the loop's length.
 
 G's first call is an op co-execution has not seen: in a co-executed iteration it would be a
 fallback (the rest of the iteration traced, and counted: a notebook's fallbacks depended on the
@@ -42,7 +42,7 @@ from ..capture import hooks
 from ..capture.location import user_line
 from ..capture.placeholder import Placeholder
 from ..coexec.compile_policy import ops_to_compile
-from ..coexec.rental import LEAST_OF, WARM_RUNS, Rental
+from ..coexec.rental import Rental
 from ..trace.tracegraph import RegionCall
 from .region import _gradient as region_gradient
 from .summary import RegionRow
@@ -58,8 +58,6 @@ MAX_MATCHED = 256  # copy keys answered without wiring
 FORM_BASE_S, FORM_PER_OP_S = 0.015, 0.0005
 FALLBACK_FACTOR = 2.0  # ... and as much again: its new op makes the next co-executed run fall back
 HIT_S = 0.0004  # a G's call, before this Terra measures its own
-# paid calls after which a G not due is declined (the loop's length known): its rent is known
-DECLINE_AFTER = WARM_RUNS + LEAST_OF
 UNSEEN_AFTER = 3  # calls in a row the copy cannot see, after which a call site is declined
 NAME = "GradientTape.gradient"
 
@@ -239,7 +237,7 @@ class Tapes:
                 return None, rental, row, None
             region = self._new(rec, src, row)
         if region is None:
-            if self.horizon is not None and rental.runs >= DECLINE_AFTER:
+            if self.horizon is not None and rental.rent_known:
                 self._decline(row, copy)
                 return none
             row.note("traced")
