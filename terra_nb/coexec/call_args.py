@@ -12,7 +12,6 @@ from tensorflow.python.ops import resource_variable_ops
 from ..capture import eager_constant
 from ..capture.placeholder import Placeholder
 from ..capture.signature import Entry
-from ..trace.records import TensorRef
 
 EAGER = ops.EagerTensor
 RESOURCE_ENUM = dtypes.resource.as_datatype_enum
@@ -38,7 +37,26 @@ def shaped_outputs(entry: Entry, outs: list):
     return None if entry.structure == "none" else list(outs)  # the caller may change it
 
 
-def is_resizable(handle) -> bool:
+class ResizableVariables:
+    """Which variables' shapes may change (``shape=[None, ...]``): what reads such a variable gets
+    the shape it has when it runs, so it must run for real. Decided once per handle."""
+
+    def __init__(self) -> None:
+        self._known: dict[int, bool] = {}  # variable handle id -> shape not fully defined
+
+    def any_in(self, flat: list) -> bool:
+        """Whether an input in ``flat`` is the handle of such a variable."""
+        for x in flat:
+            if type(x) is EAGER and x._datatype_enum() == RESOURCE_ENUM:
+                resizable = self._known.get(x._id)
+                if resizable is None:
+                    resizable = self._known[x._id] = _is_resizable(x)
+                if resizable:
+                    return True
+        return False
+
+
+def _is_resizable(handle) -> bool:
     data = resource_variable_ops.get_eager_safe_handle_data(handle)
     if not data.is_set or not data.shape_and_type:
         return True  # nothing declared: assume it may change
@@ -68,7 +86,8 @@ def scan_inputs(flat: list) -> tuple[bool, bool]:
 
 
 def light_args(args):
-    """``args`` with placeholders replaced by TensorRefs (the log must not keep them alive)."""
+    """``args`` with placeholders replaced by their TensorRefs (the log must not keep them
+    alive)."""
     for a in args:  # a loop, not any(): this runs for every op
         t = type(a)
         if t is Placeholder or t is list or t is tuple:
@@ -78,9 +97,9 @@ def light_args(args):
     out = []
     for a in args:
         if type(a) is Placeholder:
-            a = TensorRef(a)
+            a = a.ref
         elif type(a) in (list, tuple):
-            a = type(a)(TensorRef(x) if type(x) is Placeholder else x for x in a)
+            a = type(a)(x.ref if type(x) is Placeholder else x for x in a)
         out.append(a)
     return tuple(out)
 
