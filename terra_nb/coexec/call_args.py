@@ -37,26 +37,7 @@ def shaped_outputs(entry: Entry, outs: list):
     return None if entry.structure == "none" else list(outs)  # the caller may change it
 
 
-class ResizableVariables:
-    """Which variables' shapes may change (``shape=[None, ...]``): what reads such a variable gets
-    the shape it has when it runs, so it must run for real. Decided once per handle."""
-
-    def __init__(self) -> None:
-        self._known: dict[int, bool] = {}  # variable handle id -> shape not fully defined
-
-    def any_in(self, flat: list) -> bool:
-        """Whether an input in ``flat`` is the handle of such a variable."""
-        for x in flat:
-            if type(x) is EAGER and x._datatype_enum() == RESOURCE_ENUM:
-                resizable = self._known.get(x._id)
-                if resizable is None:
-                    resizable = self._known[x._id] = _is_resizable(x)
-                if resizable:
-                    return True
-        return False
-
-
-def _is_resizable(handle) -> bool:
+def is_resizable(handle) -> bool:
     data = resource_variable_ops.get_eager_safe_handle_data(handle)
     if not data.is_set or not data.shape_and_type:
         return True  # nothing declared: assume it may change

@@ -2,8 +2,7 @@
 
 Per op call (``run_op``): a pure op on real values runs as usual; an op that touches a
 placeholder or a variable is looked up by its call signature in the ``SignatureIndex`` (learned in
-tracing; a repeat of the call last answered at its location is known without one,
-``repeat_calls.py``) and answered with placeholders of the traced shapes, computing nothing; the op
+tracing) and answered with placeholders of the traced shapes, without computing anything; the op
 joins the pending segment, which is flushed to the GraphRunner when it grows, when Python needs a
 value (a fetch) and at the end of the iteration; a ``tf.function`` call is one such op. An op that
 needs real inputs (data-dependent output shapes, a stateful op without a variable) runs eagerly
@@ -42,9 +41,11 @@ from ..errors import TerraError
 from ..timeline import RunnerSpan
 from ..trace.records import Trace
 from .call_args import (
+    EAGER,
+    RESOURCE_ENUM,
     SHAPE_RULES,
-    ResizableVariables,
     flat_inputs,
+    is_resizable,
     light_args,
     scan_inputs,
     shaped_outputs,
@@ -55,7 +56,6 @@ from .executor import FLUSH_AT, Executor, IssuedOp, KeptPlaceholders
 from .graph_runner import GraphRunner
 from .interrupts import DeferredInterrupts
 from .pure_memo import PureOpMemo
-from .repeat_calls import RepeatCalls
 from .segment_executor import PythonLane, SegmentExecutor
 from .shapes import infer_entry, value_shaped
 
@@ -95,9 +95,8 @@ class PythonRunner:
         self.ops = 0
         self.divergence: tuple[str, str, str] | None = None  # (reason, op type, location)
         self._context = context.context()
-        self.resizable = ResizableVariables()
+        self._resizable: dict[int, bool] = {}  # variable handle id -> shape not fully defined
         self.pure = PureOpMemo()
-        self.repeats = RepeatCalls()  # what this runner answered at each location last
 
     @property
     def state(self) -> str:
@@ -190,10 +189,6 @@ class PythonRunner:
         loc = self.locations.locate(frame)
         if self.state != "coexec":
             return self._trace_op(run, op_name, args, attrs, loc)
-        if attrs is None:  # the hot path: a repeat of the call answered here last
-            repeat = self.repeats.match(loc, op_name, args)
-            if repeat is not None:
-                return self._answer(run, *repeat, op_name, args, attrs, loc)
         op_type = op_type_of(op_name)
         info = op_info(op_type)
         if info.function:
@@ -207,12 +202,12 @@ class PythonRunner:
             if self.executor.claims_pure_calls:
                 entry = self._claimed_entry(op_name, args, attrs, loc)
                 if entry is not None:  # its inputs may be placeholders in other iterations
-                    return self._answer(run, entry, flat, op_name, args, attrs, loc)
+                    return self._answer(run, entry, op_name, args, attrs, flat, loc)
             return self._pure_op(run, op_name, args, attrs, flat, loc, info.function)
         if op_type in SHAPE_RULES and not resources:
             return self._fold(op_type, op_name, args, attrs, flat, loc)
         host = not info.known or (info.stateful and not resources)
-        if host or resources and self.resizable.any_in(flat):
+        if host or resources and self._reads_resizable_variable(flat):
             return self._run_for_real(run, op_name, args, attrs, loc)
         sig = call_signature(op_name, args, attrs, loc)
         entry = self.index.entries.get(sig)
@@ -224,9 +219,7 @@ class PythonRunner:
             raise _FallbackException("terra-nb: the slow path handles this call")
         if entry is RUN_FOR_REAL or self._value_shaped(entry, sig):
             return self._run_for_real(run, op_name, args, attrs, loc)
-        if attrs is None and op_type not in SHAPE_RULES:
-            self.repeats.remember(loc, op_name, args, info, sig[3], entry)
-        return self._answer(run, entry, flat, op_name, args, attrs, loc)
+        return self._answer(run, entry, op_name, args, attrs, flat, loc)
 
     def _pure_op(self, run, op_name, args, attrs, flat: list, loc: int, function: bool):
         """A stateless op on real values (``flat`` its inputs): the outputs of its call on the
@@ -278,6 +271,18 @@ class PythonRunner:
         computed = type(entry) is Entry and self.executor.computes(entry)
         return entry if computed and not self._value_shaped(entry, sig) else None
 
+    def _reads_resizable_variable(self, flat: list) -> bool:
+        """Whether an input is a variable whose shape may change (``shape=[None, ...]``): what
+        reads it gets the shape the variable has when it runs, so it must run for real."""
+        for x in flat:
+            if type(x) is EAGER and x._datatype_enum() == RESOURCE_ENUM:
+                resizable = self._resizable.get(x._id)
+                if resizable is None:
+                    resizable = self._resizable[x._id] = is_resizable(x)
+                if resizable:
+                    return True
+        return False
+
     def on_fetch(self, tensor) -> None:
         self.fetches += 1
         self.log.on_fetch(tensor)
@@ -288,7 +293,7 @@ class PythonRunner:
 
     # -- answering with placeholders --------------------------------------------------------
 
-    def _answer(self, run, entry: Entry, flat: list, op_name, args, attrs, loc: int):
+    def _answer(self, run, entry: Entry, op_name, args, attrs, flat: list, loc: int):
         if self.executor.failed is not None:  # Python caught the error of the plan's run
             self.executor, self.state = self.segments, "tracing"
             return self._trace_op(run, op_name, args, attrs, loc)
@@ -393,4 +398,3 @@ class PythonRunner:
         for plan in self.plans:  # a plan running this iteration cannot settle before its end
             if plan is self.segments or plan is not self.executor or self.state != "coexec":
                 plan.sync(deliver)
-
