@@ -48,11 +48,11 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
         """``spec``: (tf.DType, TensorShape, call-signature form), made once per TraceGraph
         output; the PythonRunner creates one placeholder per answered op output. ``owner``:
         the executor that computes it; it and its runtime change the fields above only through
-        the methods under "its owner's writes" (tests/test_style.py checks). ``ref`` stands for
-        it in the iteration log."""
+        the methods under "its owner's writes" (tests/test_style.py checks). ``log_ref`` stands
+        for it in the iteration log (not ``ref``: that is ``Tensor.ref()``)."""
         self._id = uid = ops.uid()
         self._dtype, self._shape_val, self.sig = spec
-        self.ref = TensorRef.of(uid, spec[0], spec[1])
+        self.log_ref = TensorRef.of(uid, spec[0], spec[1])
         self._producer = producer
         self.node = node
         self.output = output

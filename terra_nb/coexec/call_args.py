@@ -78,9 +78,9 @@ def light_args(args):
     out = []
     for a in args:
         if type(a) is Placeholder:
-            a = a.ref
+            a = a.log_ref
         elif type(a) in (list, tuple):
-            a = type(a)(x.ref if type(x) is Placeholder else x for x in a)
+            a = type(a)(x.log_ref if type(x) is Placeholder else x for x in a)
         out.append(a)
     return tuple(out)
 

@@ -3,8 +3,9 @@ buffers reused after the op, ``set_shape``, output shapes that depend on values,
 arguments, one Python number fed to inputs of two dtypes; and what errors do: a runtime error in
 the graph caught while the loop goes on, a failing op stopping the side effects issued after it,
 an op failing on real values after one that failed in the graph (eager raises the first), strict
-mode. (Each once broke co-execution; they stay as regressions.) Each also asserts what
-ran (what_ran.py): every iteration after the two traced ones co-executed, in segments."""
+mode; an output keyed by ``ref()``. (Each once broke co-execution; they stay as regressions.)
+Each also asserts what ran (what_ran.py): every iteration after the two traced ones co-executed,
+in segments."""
 
 import numpy as np
 import pytest
@@ -53,6 +54,22 @@ def test_numpy_buffer_reused_after_the_op():
         return float(y[0])
 
     plain, co, terra = both(body, lambda: (tf.Variable([0.0]), np.zeros(1, np.float32)))
+    assert co == plain
+    assert_coexecuted(terra, last=4)
+
+
+
+def test_an_ops_output_keyed_by_its_ref():
+    """``tensor.ref()`` (the hashable key Keras and users take for a tensor) and ``deref()``,
+    on an op's output that is a placeholder in co-execution."""
+
+    def body(i, v):
+        y = v * float(i)
+        seen = {y.ref(): "y"}
+        assert seen[y.ref()] == "y" and y.ref().deref() is y
+        return float(tf.reduce_sum(y.ref().deref()))
+
+    plain, co, terra = both(body, variable)
     assert co == plain
     assert_coexecuted(terra, last=4)
 
