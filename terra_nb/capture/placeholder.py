@@ -18,8 +18,6 @@ from tensorflow.python.framework import ops
 from tensorflow.python.framework import tensor as tensor_lib
 from tensorflow.python.types import core as types_core
 
-from ..trace.records import TensorRef
-
 _DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
 
 
@@ -31,33 +29,28 @@ class Materialiser(Protocol):
 class Placeholder(tensor_lib.Tensor, types_core.Value):
     """An op output that the GraphRunner has not computed (or handed over) yet."""
 
-    # Until its owner says otherwise (class defaults: a placeholder is made for every op answered,
-    # and each field set in ``__init__`` costs there).
-    value = None  # the real EagerTensor, once known
-    item = None  # the GraphRunner work item that computes it, once flushed
-    _taped = False
-    _fetched = False
-    # Whole-program co-execution (program_runner): the program sends its value to a fetch queue;
-    # its value came from an eager replay; the run that was to compute it failed.
-    queued = False
-    replayed = False
-    failed: BaseException | None = None
-
     def __init__(self, spec: tuple, producer: Materialiser, node: int, output: int,
                  device: str = "", owner: Any = None) -> None:
         """``spec``: (tf.DType, TensorShape, call-signature form), made once per TraceGraph
         output; the PythonRunner creates one placeholder per answered op output. ``owner``:
-        the executor that computes it; it and its runtime change the fields above only through
-        the methods under "its owner's writes" (tests/test_style.py checks). ``log_ref`` stands
-        for it in the iteration log (not ``ref``: that is ``Tensor.ref()``)."""
-        self._id = uid = ops.uid()
+        the executor that computes it; it and its runtime change the fields below only through
+        the methods under "its owner's writes" (tests/test_style.py checks)."""
+        self._id = ops.uid()
         self._dtype, self._shape_val, self.sig = spec
-        self.log_ref = TensorRef.of(uid, spec[0], spec[1])
         self._producer = producer
         self.node = node
         self.output = output
         self._device = device  # where its op runs: the user's tf.device scope ("": default)
         self.owner = owner
+        self.value = None  # the real EagerTensor, once known
+        self.item = None  # the GraphRunner work item that computes it, once flushed
+        self._taped = False
+        self._fetched = False
+        # Whole-program co-execution (program_runner): the program sends its value to a fetch
+        # queue; its value came from an eager replay; the run that was to compute it failed.
+        self.queued = False
+        self.replayed = False
+        self.failed: BaseException | None = None
 
     # -- its owner's writes ------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from tensorflow.python.ops import resource_variable_ops
 from ..capture import eager_constant
 from ..capture.placeholder import Placeholder
 from ..capture.signature import Entry
+from ..trace.records import TensorRef
 
 EAGER = ops.EagerTensor
 RESOURCE_ENUM = dtypes.resource.as_datatype_enum
@@ -67,8 +68,7 @@ def scan_inputs(flat: list) -> tuple[bool, bool]:
 
 
 def light_args(args):
-    """``args`` with placeholders replaced by their TensorRefs (the log must not keep them
-    alive)."""
+    """``args`` with placeholders replaced by TensorRefs (the log must not keep them alive)."""
     for a in args:  # a loop, not any(): this runs for every op
         t = type(a)
         if t is Placeholder or t is list or t is tuple:
@@ -78,9 +78,9 @@ def light_args(args):
     out = []
     for a in args:
         if type(a) is Placeholder:
-            a = a.log_ref
+            a = TensorRef(a)
         elif type(a) in (list, tuple):
-            a = type(a)(x.log_ref if type(x) is Placeholder else x for x in a)
+            a = type(a)(TensorRef(x) if type(x) is Placeholder else x for x in a)
         out.append(a)
     return tuple(out)
 

@@ -39,7 +39,7 @@ from ..capture.signature import (
 )
 from ..errors import TerraError
 from ..timeline import RunnerSpan
-from ..trace.records import Trace
+from ..trace.records import TensorRef, Trace
 from .call_args import (
     EAGER,
     RESOURCE_ENUM,
@@ -148,7 +148,7 @@ class PythonRunner:
                 self.executor.end_iteration()
             except PathError as error:
                 for ph in getattr(error, "escaping", ()):  # a fetch point from now on
-                    self.log.on_fetch(ph.log_ref)
+                    self.log.on_fetch(TensorRef(ph))
                 self._leave_plan(str(error), "(end of iteration)", "")
         self.executor = self.segments
         self.segments.end_iteration()
@@ -313,7 +313,7 @@ class PythonRunner:
             return self._trace_op(run, op_name, args, attrs, loc)
         self.lane.feeds += fed  # after the call: a flush inside it counts feeds too
         self.path.append(node)
-        self.log.record(op_name, light_args(args), attrs, [p.log_ref for p in outs], loc, device)
+        self.log.record(op_name, light_args(args), attrs, list(map(TensorRef, outs)), loc, device)
         # a function call (slow path: attrs given) is taped by its caller, as in eager
         if record.could_possibly_record() and not (attrs and op_info(entry.op_type).function):
             execute.record_gradient(entry.op_type, tape_inputs(flat, entry), entry.flat_attrs, outs)
@@ -386,7 +386,7 @@ class PythonRunner:
         self.lane.moment("fetch")
         if not capture.reads_quietly():
             self.index.fetched_nodes.add(placeholder.node)  # learned in every mode
-            self.log.on_fetch(placeholder.log_ref)
+            self.log.on_fetch(TensorRef(placeholder))
         return placeholder.value
 
     def sync(self, op_name=None) -> None:

@@ -59,13 +59,6 @@ class TensorRef:
         self.dtype = tensor.dtype
         self.shape = tensor.shape
 
-    @classmethod
-    def of(cls, tensor_id: int, dtype, shape) -> TensorRef:
-        """The ref of a tensor known by its parts (a placeholder makes its own at creation)."""
-        ref = cls.__new__(cls)
-        ref._id, ref.dtype, ref.shape = tensor_id, dtype, shape
-        return ref
-
 
 @dataclass(frozen=True, slots=True)
 class TraceOp:
