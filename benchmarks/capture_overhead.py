@@ -106,7 +106,7 @@ def hook_clock():
     spent, me = [0.0], threading.get_ident()
     originals = hooks._fast_path_execute, hooks._quick_execute
 
-    def timed(hook):
+    def clocked(hook):
         def call(*args, **kwargs):
             if threading.get_ident() != me:  # the GraphRunner's ops: not Python's time
                 return hook(*args, **kwargs)
@@ -118,7 +118,7 @@ def hook_clock():
 
         return call
 
-    hooks._fast_path_execute, hooks._quick_execute = map(timed, originals)  # before installing
+    hooks._fast_path_execute, hooks._quick_execute = map(clocked, originals)  # before installing
     try:
         yield spent
     finally:

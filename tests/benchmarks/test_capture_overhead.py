@@ -5,6 +5,7 @@ on the loop's thread only, are part of the iteration's time, and the loop really
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ pytest.importorskip("tensorflow")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import capture_overhead  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
+from terra_nb import Terra  # noqa: E402
 from terra_nb.capture import hooks  # noqa: E402
 
 
@@ -28,12 +31,6 @@ def test_the_engines_part_is_counted_inside_the_co_executed_iteration():
 
 
 def test_the_hook_clock_counts_this_threads_hooked_ops_only():
-    import threading
-
-    import tensorflow as tf
-
-    from terra_nb import Terra
-
     x = tf.Variable(1.0)
     during = []
     with capture_overhead.hook_clock() as spent, Terra(regions=False) as terra:

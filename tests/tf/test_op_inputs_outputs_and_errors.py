@@ -58,7 +58,6 @@ def test_numpy_buffer_reused_after_the_op():
     assert_coexecuted(terra, last=4)
 
 
-
 def test_an_ops_output_keyed_by_its_ref():
     """``tensor.ref()`` (the hashable key Keras and users take for a tensor) and ``deref()``,
     on an op's output that is a placeholder in co-execution."""
