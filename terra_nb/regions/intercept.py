@@ -2,7 +2,7 @@
 
 While a Terra with regions is open, ``keras.Layer.__call__`` (layers and models),
 ``keras.losses.Loss.__call__``, ``keras.optimizers.Optimizer.apply_gradients`` and the metrics'
-``update_state`` are wrapped.
+``update_state`` are wrapped, and so is ``tf.function``'s ``__call__`` (``function_calls``).
 Only the OUTERMOST such call of the loop's thread, inside a Terra iteration, goes to ``Regions``
 (a thread-local depth counter); calls between iterations, nested calls and calls from other
 threads run untouched. The wrappers are removed when the last Terra using them closes.
@@ -20,10 +20,12 @@ import threading
 import keras
 import tensorflow as tf
 from tensorflow.python.eager import context, record
+from tensorflow.python.eager.polymorphic_function import concrete_function, polymorphic_function
 
 from ..timeline import RunnerSpan
+from .function_calls import arguments_key, spy_call_flat
 from .python_state import WRITES_COUNTED, count_write, forget_writes, same_value
-from .table import Regions
+from .table import Regions, numpy_as_tensors
 
 
 def _targets() -> list[tuple[type, str]]:
@@ -100,6 +102,29 @@ def _wrap_tape(original, method: str):
     return wrapper
 
 
+def _wrap_function(original):
+    """``tf.function``'s ``__call__``: to the function calls of this thread's open iteration
+    (outermost only; positional arguments only)."""
+
+    @functools.wraps(original)
+    def wrapper(self, *args, **kwargs):
+        regions = getattr(_local, "regions", None)
+        if regions is None or _local.depth or kwargs or not context.executing_eagerly():
+            return original(self, *args, **kwargs)
+        args = numpy_as_tensors(args)  # as TensorFlow converts them: the same trace
+        keyed = arguments_key(args)
+        if keyed is None:
+            return original(self, *args)
+        _local.depth = 1
+        try:
+            return regions.functions.call(self, original, args, keyed[1], keyed[0])
+        finally:
+            _local.depth = 0
+
+    wrapper.__terra_region_original__ = original
+    return wrapper
+
+
 def _wrap_recorder(original):
     """``record.record_operation``: the copies of recording tapes see what it records."""
 
@@ -122,6 +147,10 @@ def _install() -> None:
                 _patch(cls, method, _wrap(getattr(cls, method), method))
             for method, to in _TAPE_METHODS.items():
                 _patch(tf.GradientTape, method, _wrap_tape(getattr(tf.GradientTape, method), to))
+            _patch(polymorphic_function.Function, "__call__",
+                   _wrap_function(polymorphic_function.Function.__call__))
+            _patch(concrete_function.ConcreteFunction, "_call_flat",
+                   spy_call_flat(concrete_function.ConcreteFunction._call_flat))
             for name in _RECORDERS:
                 _patch(record, name, _wrap_recorder(getattr(record, name)))
             for cls in WRITES_COUNTED:

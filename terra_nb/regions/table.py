@@ -27,6 +27,7 @@ from ..capture.placeholder import Placeholder
 from ..trace.tracegraph import RegionCall
 from .effects import EffectProbe, hidden_inputs, objects_of, side_outputs
 from .families import Families, family_key
+from .function_calls import FunctionCalls
 from .python_state import TooLarge, argument_objects
 from .recording import Recording, RecordingTee
 from .region import DECLINED, Region
@@ -99,6 +100,7 @@ class Regions:
         self.dropped: dict[str, RegionCall] = {}  # the functions of regions no longer formed
         self.families = Families()
         self.tapes = Tapes(self)  # GradientTape.gradient answered by one function
+        self.functions = FunctionCalls(self.rows)  # user tf.function calls, dispatched once
         self.marks: list[tuple[str, float, float]] = []  # this iteration's hits: call, start, end
         self._keys_of: dict[int, list[tuple]] = {}  # object id -> (guard key, method) of its rows
         self._gone: list[int] = []  # ids of collected objects (their finalizers append them)
@@ -211,7 +213,7 @@ class Regions:
             self._forget_gone()
         args = tuple(list(a) if type(a) is zip else a for a in args)  # apply_gradients(zip(..))
         # numpy data is an argument of the region, as the tensor Keras would convert it to
-        args, kwargs = _numpy_as_tensors(args), {k: _numpy_as_tensors(v) for k, v in kwargs.items()}
+        args, kwargs = numpy_as_tensors(args), {k: numpy_as_tensors(v) for k, v in kwargs.items()}
         tracing = None
         try:
             key, tensors = guard_key(obj, method, args, kwargs)
@@ -368,15 +370,15 @@ class _TracedCall:
             row.note("traced")
 
 
-def _numpy_as_tensors(value):
+def numpy_as_tensors(value):
     """``value`` with every numpy array or scalar (also in lists and tuples) as an eager tensor
     of its dtype (no op runs: nothing is recorded or co-executed)."""
     if isinstance(value, np.ndarray | np.generic):
         return capture.eager_constant(value)
     if type(value) is list or type(value) is tuple:
-        return type(value)(_numpy_as_tensors(v) for v in value)
+        return type(value)(numpy_as_tensors(v) for v in value)
     if type(value) is dict:
-        return {k: _numpy_as_tensors(v) for k, v in value.items()}
+        return {k: numpy_as_tensors(v) for k, v in value.items()}
     return value
 
 

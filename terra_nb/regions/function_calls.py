@@ -1,0 +1,133 @@
+"""User ``tf.function`` calls from the loop, dispatched once per argument specs.
+
+A ``tf.function`` called eagerly spends about 100 us of Python choosing its concrete function
+(binding the arguments, their trace types, the cache lookup: ``Function.__call__`` down to
+``tracing_compilation.call_function``) before ``ConcreteFunction._call_flat`` runs it. A loop of
+four small functions spends a fifth of its step there. Once a call with given argument specs
+ran WITHOUT tracing, TensorFlow's dispatch picks the same concrete function for the same specs
+again (an exact match stays cached and is preferred; nothing a cached function matches is
+traced again), so the later calls go straight to that function's ``_call_flat`` with the same
+flat inputs: the same op runs, the tapes record the same, the values are eager's.
+
+Guard: the function object, the device scope, the argument specs (tensors by dtype and shape,
+Python scalars by value, lists and tuples by length). Kept on TensorFlow's dispatch: keyword
+arguments, any other argument (an object: TensorFlow keys it by a weak reference, and its
+variables may be inputs), functions run eagerly or compiled by XLA, calls in a distribution
+strategy's scope, and calls whose flat inputs are not exactly their tensor arguments in order.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+from tensorflow.python.distribute import distribute_lib
+from tensorflow.python.eager import context
+from tensorflow.python.framework import ops as tf_ops
+
+from ..capture.location import user_line
+from ..capture.placeholder import Placeholder
+from .summary import RegionRow
+
+_TENSORS = (tf_ops.EagerTensor, Placeholder)
+_SCALARS = (bool, int, float, str, type(None))
+MAX_SPECS = 16  # argument specs remembered per function: more, a Python value changes often
+_spying = threading.local()  # seen: the first ``_call_flat`` of a call being dispatched
+
+
+def spy_call_flat(original):
+    """``ConcreteFunction._call_flat`` noting, during a dispatch ``FunctionCalls`` watches,
+    which concrete function TensorFlow picked and with what flat inputs."""
+
+    def _call_flat(self, tensor_inputs, captured_inputs):
+        seen = getattr(_spying, "seen", None)
+        if seen is not None and not seen:
+            seen.append((self, list(tensor_inputs)))
+        return original(self, tensor_inputs, captured_inputs)
+
+    _call_flat.__terra_region_original__ = original
+    return _call_flat
+
+
+class FunctionCalls:
+    """The concrete function each (function, argument specs) dispatched to, and a row per
+    function in the regions' summary (hits: calls answered without dispatch)."""
+
+    def __init__(self, rows: dict) -> None:
+        self.rows = rows  # the regions' rows: one per function, keyed ("function", id)
+        self._picked: dict[tuple, tuple[weakref.ref, object]] = {}  # key -> (fn, concrete)
+        self._specs: dict[int, int] = {}  # id(fn) -> keys seen
+
+    def call(self, fn, original, args: tuple, tensors: list, key: tuple):
+        """``fn(*args)``: its concrete function's ``_call_flat`` when these specs dispatched
+        without tracing before; else TensorFlow's dispatch, watched."""
+        if fn._run_functions_eagerly or fn._jit_compile or distribute_lib.has_strategy():
+            return original(fn, *args)  # its Python runs; XLA's or a strategy's dispatch
+        ident = id(fn)
+        key = (ident, context.context().device_name, key)
+        picked = self._picked.get(key)
+        if picked is not None and picked[0]() is fn:
+            concrete = picked[1]
+            self.rows[("function", ident)].hits += 1
+            return concrete._call_flat(tensors, concrete.captured_inputs)
+        row = self._row(fn)
+        if self._specs.get(ident, 0) >= MAX_SPECS:
+            return original(fn, *args)
+        traced = fn.experimental_get_tracing_count()
+        _spying.seen = seen = []
+        try:
+            result = original(fn, *args)
+        finally:
+            _spying.seen = None
+        if fn.experimental_get_tracing_count() == traced and seen and _same(seen[0][1], tensors):
+            self._remember(key, fn, seen[0][0], row)
+        return result
+
+    def _remember(self, key: tuple, fn, concrete, row: RegionRow) -> None:
+        ident = key[0]
+        if ident not in self._specs:  # a function dropped by the user takes its entries along
+            weakref.finalize(fn, self._forget, ident)
+        n = self._specs[ident] = self._specs.get(ident, 0) + 1
+        self._picked[key] = (weakref.ref(fn), concrete)
+        row.form(len(concrete.function_def.node_def))
+        if n >= MAX_SPECS:
+            row.refuse(f"{MAX_SPECS} argument specs: more go to TensorFlow's dispatch (a Python "
+                       f"argument that changes every call?)")
+
+    def _forget(self, ident: int) -> None:
+        """A function was collected: a new one may get its address, and must start afresh."""
+        for key in [k for k in self._picked if k[0] == ident]:
+            del self._picked[key]
+        self._specs.pop(ident, None)
+
+    def _row(self, fn) -> RegionRow:
+        row = self.rows.get(("function", id(fn)))
+        if row is None:
+            row = self.rows[("function", id(fn))] = RegionRow(
+                f"{getattr(fn, '__name__', 'function')} (tf.function)", *user_line())
+        return row
+
+
+def arguments_key(args: tuple) -> tuple[tuple, list] | None:
+    """The guard key of a call's positional arguments and their tensors in order; None when an
+    argument is neither a tensor, a Python scalar, nor a list or tuple of those."""
+    key, tensors, stack = [], [], list(reversed(args))
+    while stack:
+        value = stack.pop()
+        t = type(value)
+        if t in _TENSORS:
+            key.append((value.dtype, value._shape_tuple()))
+            tensors.append(value)
+        elif t is list or t is tuple:
+            key.append((t, len(value)))
+            stack += reversed(value)
+        elif t in _SCALARS:
+            key.append((t, value))
+        else:
+            return None
+    return tuple(key), tensors
+
+
+def _same(flat: list, tensors: list) -> bool:
+    """Whether TensorFlow's flat inputs were exactly the call's tensor arguments, in order."""
+    return len(flat) == len(tensors) and all(a is b for a, b in zip(flat, tensors))

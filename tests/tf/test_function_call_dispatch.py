@@ -1,0 +1,165 @@
+"""A user ``tf.function`` called again with argument specs that dispatched without tracing goes
+straight to the concrete function TensorFlow picked (``regions/function_calls.py``): its
+dispatch Python does not run, the same op runs, the values are eager's. Each test compares with
+eager and counts what ran: calls answered without dispatch, dispatches, traces."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from against_eager import SEGMENTS, assert_same_variables, compare, run
+from tensorflow.python.eager.polymorphic_function import tracing_compilation
+from test_coexec import assert_same_values
+from test_function_calls import keras_step_functions
+from what_ran import assert_coexecuted
+
+
+@pytest.fixture
+def dispatches(monkeypatch):
+    """Counts TensorFlow's dispatch of ``tf.function`` calls (``call_function``), by thread-free
+    list: the loop runs in a worker thread."""
+    seen = []
+    original = tracing_compilation.call_function
+
+    def counted(*args, **kwargs):
+        seen.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(tracing_compilation, "call_function", counted)
+    return seen
+
+
+def function_rows(terra):
+    return [r for r in terra.regions.rows if r.name.endswith("(tf.function)")]
+
+
+def test_repeated_calls_skip_the_dispatch_and_equal_eager(dispatches):
+    values, variables, _, _ = run(keras_step_functions, None)
+    eager_dispatches = len(dispatches)
+    dispatches.clear()
+    values2, variables2, _, terra = run(keras_step_functions, SEGMENTS)
+    assert_same_values(values2, values)
+    assert_same_variables(variables, variables2)
+    assert_coexecuted(terra, at_least=0.6, last=4)
+    rows = function_rows(terra)
+    assert len(rows) == 4 and all(r.state == "formed" for r in rows), rows
+    hits = sum(r.hits for r in rows)
+    # 12 steps x 4 calls (a first call may go to TensorFlow's initialization, not its
+    # dispatch): each call eager dispatched is a hit or dispatched here too
+    assert eager_dispatches >= 44 and hits + len(dispatches) == eager_dispatches
+    assert hits >= 36, (hits, len(dispatches))
+    assert "(tf.function)" in str(terra.explain())
+
+
+def specs_and_scalars(loop):
+    """One function called with two batch shapes and a Python scalar that changes every eighth
+    step: each (shape, scalar) traces, then dispatches untraced (remembered), then hits."""
+    w = tf.Variable(tf.ones((3, 2)))
+    f = tf.function(lambda x, k: tf.matmul(x, w) * k)
+    out = []
+    for i in loop(range(16)):
+        y = f(tf.ones((2 + i % 2, 3)) * float(i), float(i // 8))
+        out.append(float(tf.reduce_sum(y)))
+        w.assign_add(tf.ones((3, 2)) * 0.1)
+    return out, [w.numpy(), np.float32(f.experimental_get_tracing_count())]
+
+
+def test_new_argument_specs_dispatch_again_and_trace_as_eager():
+    terra = compare(specs_and_scalars, SEGMENTS, at_least=0.2)
+    (row,) = function_rows(terra)
+    # 4 (shape, scalar) pairs, each called four times: traced, remembered, two hits; the
+    # traces (compared as a variable above) are eager's
+    assert row.state == "formed" and row.hits == 8, row
+
+
+def lazily_built(loop):
+    """A module whose tf.function creates its variable on the first call."""
+
+    class Scale(tf.Module):
+        def __init__(self):
+            self.w = None
+
+        @tf.function
+        def __call__(self, x):
+            if self.w is None:
+                self.w = tf.Variable(tf.ones((3,)))
+            self.w.assign_add(x)
+            return self.w * 2.0
+
+    scale, out = Scale(), []
+    for i in loop(range(10)):
+        out.append(float(tf.reduce_sum(scale(tf.ones((3,)) * float(i)))))
+    return out, [scale.w.numpy()]
+
+
+def test_a_function_creating_its_variables_on_the_first_call_equals_eager():
+    terra = compare(lazily_built, SEGMENTS, at_least=0.5)
+    (row,) = function_rows(terra)
+    assert row.hits >= 5, row
+
+
+def new_function_each_step(loop):
+    """A new tf.function every step, each called three times (traced, remembered, a hit): a new
+    function at a dropped one's address must not get the dropped one's concrete function (its
+    constant differs)."""
+    out, ids = [], []
+    x = tf.ones((2,))
+    for i in loop(range(12)):
+        f = tf.function(lambda t, k=float(i): t * 0.0 + tf.constant(k))
+        ids.append(id(f))
+        out.append(sum(float(tf.reduce_sum(f(x))) for _ in range(3)))
+        del f
+    return out, [np.float32(len(ids) - len(set(ids)))]
+
+
+def test_a_new_function_at_a_dropped_ones_address_dispatches_anew():
+    values, (reused,), _, _ = run(new_function_each_step, None)
+    values2, (reused2,), _, terra = run(new_function_each_step, SEGMENTS)
+    assert values2 == values == [6.0 * i for i in range(12)]
+    assert reused2 > 0, "no address was reused: the test proves nothing here"
+    assert sum(r.hits for r in function_rows(terra)) == 12  # each third call
+
+
+def keyword_and_object(loop):
+    """Keyword arguments and an object argument keep TensorFlow's dispatch."""
+    layer = keras.layers.Dense(2)
+    f = tf.function(lambda x, scale=1.0: x * scale)
+    g = tf.function(lambda x, m: m(x))
+    out = []
+    for i in loop(range(6)):
+        x = tf.ones((1, 3)) * float(i)
+        out.append(float(tf.reduce_sum(f(x, scale=2.0)) + tf.reduce_sum(g(x, layer))))
+    return out, [v.numpy() for v in layer.variables]
+
+
+def test_keywords_and_objects_keep_tensorflow_dispatch(dispatches):
+    terra = compare(keyword_and_object, SEGMENTS, at_least=0.5)
+    assert not any(r.hits for r in function_rows(terra))
+
+
+def eagerly_from_the_sixth_step(loop):
+    """``tf.config.run_functions_eagerly(True)`` in the middle of the loop: from then on the
+    function's Python runs on every call, as eager runs it (its list grows)."""
+    ran = []
+
+    @tf.function
+    def f(x):
+        ran.append(1)  # Python: runs when traced, and on every call run eagerly
+        return x * 2.0
+
+    out = []
+    try:
+        for i in loop(range(10)):
+            if i == 6:
+                tf.config.run_functions_eagerly(True)
+            out.append(float(tf.reduce_sum(f(tf.ones((2,)) * float(i)))))
+    finally:
+        tf.config.run_functions_eagerly(False)
+    return out + [len(ran)], []
+
+
+def test_functions_run_eagerly_midway_run_their_python():
+    values, _, _, _ = run(eagerly_from_the_sixth_step, None)
+    values2, _, _, terra = run(eagerly_from_the_sixth_step, SEGMENTS)
+    assert values2 == values and values[-1] == 5  # one trace, four calls run eagerly
+    assert sum(r.hits for r in function_rows(terra)) >= 3  # steps 2-5 before the switch
