@@ -23,6 +23,7 @@ import weakref
 
 from tensorflow.python.distribute import distribute_lib
 from tensorflow.python.eager import context
+from tensorflow.python.eager.polymorphic_function import polymorphic_function
 from tensorflow.python.framework import ops as tf_ops
 
 from ..capture.location import user_line
@@ -32,6 +33,7 @@ from .summary import RegionRow
 _TENSORS = (tf_ops.EagerTensor, Placeholder)
 _SCALARS = (bool, int, float, str, type(None))
 MAX_SPECS = 16  # argument specs remembered per function: more, a Python value changes often
+_TRACING_DETECTOR = polymorphic_function._frequent_tracing_detector_manager
 _spying = threading.local()  # seen: the first ``_call_flat`` of a call being dispatched
 
 
@@ -69,6 +71,8 @@ class FunctionCalls:
         if picked is not None and picked[0]() is fn:
             concrete = picked[1]
             self.rows[("function", ident)].hits += 1
+            # counted as eager's call counts it: TensorFlow's retracing warnings stay eager's
+            _TRACING_DETECTOR.called_without_tracing(fn._key_for_call_stats)
             return concrete._call_flat(tensors, concrete.captured_inputs)
         row = self._row(fn)
         if self._specs.get(ident, 0) >= MAX_SPECS:

@@ -3,6 +3,11 @@ straight to the concrete function TensorFlow picked (``regions/function_calls.py
 dispatch Python does not run, the same op runs, the values are eager's. Each test compares with
 eager and counts what ran: calls answered without dispatch, dispatches, traces."""
 
+import contextlib
+import itertools
+import logging
+import logging.handlers
+
 import keras
 import numpy as np
 import pytest
@@ -163,3 +168,38 @@ def test_functions_run_eagerly_midway_run_their_python():
     values2, _, _, terra = run(eagerly_from_the_sixth_step, SEGMENTS)
     assert values2 == values and values[-1] == 5  # one trace, four calls run eagerly
     assert sum(r.hits for r in function_rows(terra)) >= 3  # steps 2-5 before the switch
+
+
+_RUNS = itertools.count()
+
+
+def a_new_shape_every_step(loop):
+    """Three calls with one shape and one with a new shape every step: one call in four traces,
+    too few for TensorFlow's retracing warning, as long as the calls answered without
+    dispatch are counted too."""
+    # TensorFlow keeps call counts per code object (equal code, one count): a new name per run
+    # gives each run its own, so the runs do not add up
+    name, scope = f"double_sum_{next(_RUNS)}", {"tf": tf}
+    exec(f"def {name}(x):\n    return tf.reduce_sum(x * 2.0)", scope)  # noqa: S102
+    f = tf.function(scope[name])
+    out = []
+    for i in loop(range(10)):
+        out += [float(f(tf.ones((3,)))) for _ in range(3)] + [float(f(tf.ones((4 + i,))))]
+    return out, []
+
+
+def test_tensorflows_retracing_warnings_stay_eagers():
+    logger = logging.getLogger("tensorflow")
+    for options in (None, SEGMENTS):
+        with contextlib.ExitStack() as stack:
+            handler = logging.handlers.BufferingHandler(100)
+            logger.addHandler(handler)
+            stack.callback(logger.removeHandler, handler)
+            values, _, _, terra = run(a_new_shape_every_step, options)
+        said = [r.getMessage() for r in handler.buffer if "retracing" in r.getMessage()]
+        if options is None:
+            eager_values, eager_said = values, said
+    assert values == eager_values
+    assert eager_said == [], eager_said  # one call in four traced: no warning
+    assert said == eager_said
+    assert sum(r.hits for r in function_rows(terra)) >= 20
