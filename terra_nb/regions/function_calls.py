@@ -9,11 +9,12 @@ again (an exact match stays cached and is preferred; nothing a cached function m
 traced again), so the later calls go straight to that function's ``_call_flat`` with the same
 flat inputs: the same op runs, the tapes record the same, the values are eager's.
 
-Guard: the function object, the device scope, the argument specs (tensors by dtype and shape,
-Python scalars by value, lists and tuples by length). Kept on TensorFlow's dispatch: keyword
-arguments, any other argument (an object: TensorFlow keys it by a weak reference, and its
-variables may be inputs), functions run eagerly or compiled by XLA, calls in a distribution
-strategy's scope, and calls whose flat inputs are not exactly their tensor arguments in order.
+Guard: the function object, the device scope, the argument specs (tensors and numpy arrays by
+dtype and shape, Python scalars by value, lists and tuples by length). Kept on TensorFlow's
+dispatch: keyword arguments, any other argument (an object: TensorFlow keys it by a weak
+reference, and its variables may be inputs; a numpy scalar), functions with an input signature
+(it may cast), run eagerly or compiled by XLA, calls in a distribution strategy's scope, and
+calls whose flat inputs are not exactly their tensor arguments in order.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from __future__ import annotations
 import threading
 import weakref
 
+import numpy as np
 from tensorflow.python.distribute import distribute_lib
 from tensorflow.python.eager import context
 from tensorflow.python.eager.polymorphic_function import polymorphic_function
 from tensorflow.python.framework import ops as tf_ops
 
+from .. import capture
 from ..capture.location import user_line
 from ..capture.placeholder import Placeholder
 from .summary import RegionRow
@@ -60,11 +63,16 @@ class FunctionCalls:
         self._picked: dict[tuple, tuple[weakref.ref, object]] = {}  # key -> (fn, concrete)
         self._specs: dict[int, int] = {}  # id(fn) -> keys seen
 
-    def call(self, fn, original, args: tuple, tensors: list, key: tuple):
+    def call(self, fn, original, args: tuple):
         """``fn(*args)``: its concrete function's ``_call_flat`` when these specs dispatched
         without tracing before; else TensorFlow's dispatch, watched."""
-        if fn._run_functions_eagerly or fn._jit_compile or distribute_lib.has_strategy():
-            return original(fn, *args)  # its Python runs; XLA's or a strategy's dispatch
+        keyed = None
+        if not (fn._run_functions_eagerly or fn._jit_compile or fn.input_signature is not None
+                or distribute_lib.has_strategy()):  # its Python runs, or XLA's, a signature's
+            keyed = arguments_key(args)             # or a strategy's dispatch
+        if keyed is None:
+            return original(fn, *args)
+        key, tensors, args = keyed
         ident = id(fn)
         key = (ident, context.context().device_name, key)
         picked = self._picked.get(key)
@@ -112,24 +120,38 @@ class FunctionCalls:
         return row
 
 
-def arguments_key(args: tuple) -> tuple[tuple, list] | None:
-    """The guard key of a call's positional arguments and their tensors in order; None when an
-    argument is neither a tensor, a Python scalar, nor a list or tuple of those."""
-    key, tensors, stack = [], [], list(reversed(args))
-    while stack:
-        value = stack.pop()
-        t = type(value)
-        if t in _TENSORS:
-            key.append((value.dtype, value._shape_tuple()))
-            tensors.append(value)
-        elif t is list or t is tuple:
-            key.append((t, len(value)))
-            stack += reversed(value)
-        elif t in _SCALARS:
-            key.append((t, value))
-        else:
-            return None
-    return tuple(key), tensors
+class _Unkeyed(Exception):
+    """An argument the guard does not key: the call keeps TensorFlow's dispatch."""
+
+
+def arguments_key(args: tuple) -> tuple[tuple, list, tuple] | None:
+    """The guard key of a call's positional arguments, their tensors in order, and the arguments
+    with each numpy array as an eager tensor of its dtype (as TensorFlow converts it: the same
+    trace); None when an argument is neither a tensor, a numpy array, a Python scalar, nor a
+    list or tuple of those."""
+    key, tensors = [], []
+    try:
+        args = tuple(_keyed(a, key, tensors) for a in args)
+    except _Unkeyed:
+        return None
+    return tuple(key), tensors, args
+
+
+def _keyed(value, key: list, tensors: list):
+    t = type(value)
+    if t is np.ndarray:
+        value, t = capture.eager_constant(value), tf_ops.EagerTensor
+    if t in _TENSORS:
+        key.append((value.dtype, value._shape_tuple()))
+        tensors.append(value)
+        return value
+    if t is list or t is tuple:
+        key.append((t, len(value)))
+        return t(_keyed(v, key, tensors) for v in value)
+    if t in _SCALARS:
+        key.append((t, value))
+        return value
+    raise _Unkeyed
 
 
 def _same(flat: list, tensors: list) -> bool:

@@ -23,9 +23,9 @@ from tensorflow.python.eager import context, record
 from tensorflow.python.eager.polymorphic_function import concrete_function, polymorphic_function
 
 from ..timeline import RunnerSpan
-from .function_calls import arguments_key, spy_call_flat
+from .function_calls import spy_call_flat
 from .python_state import WRITES_COUNTED, count_write, forget_writes, same_value
-from .table import Regions, numpy_as_tensors
+from .table import Regions
 
 
 def _targets() -> list[tuple[type, str]]:
@@ -111,13 +111,9 @@ def _wrap_function(original):
         regions = getattr(_local, "regions", None)
         if regions is None or _local.depth or kwargs or not context.executing_eagerly():
             return original(self, *args, **kwargs)
-        args = numpy_as_tensors(args)  # as TensorFlow converts them: the same trace
-        keyed = arguments_key(args)
-        if keyed is None:
-            return original(self, *args)
         _local.depth = 1
         try:
-            return regions.functions.call(self, original, args, keyed[1], keyed[0])
+            return regions.functions.call(self, original, args)
         finally:
             _local.depth = 0
 

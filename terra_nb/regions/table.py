@@ -213,7 +213,7 @@ class Regions:
             self._forget_gone()
         args = tuple(list(a) if type(a) is zip else a for a in args)  # apply_gradients(zip(..))
         # numpy data is an argument of the region, as the tensor Keras would convert it to
-        args, kwargs = numpy_as_tensors(args), {k: numpy_as_tensors(v) for k, v in kwargs.items()}
+        args, kwargs = _numpy_as_tensors(args), {k: _numpy_as_tensors(v) for k, v in kwargs.items()}
         tracing = None
         try:
             key, tensors = guard_key(obj, method, args, kwargs)
@@ -370,15 +370,15 @@ class _TracedCall:
             row.note("traced")
 
 
-def numpy_as_tensors(value):
+def _numpy_as_tensors(value):
     """``value`` with every numpy array or scalar (also in lists and tuples) as an eager tensor
     of its dtype (no op runs: nothing is recorded or co-executed)."""
     if isinstance(value, np.ndarray | np.generic):
         return capture.eager_constant(value)
     if type(value) is list or type(value) is tuple:
-        return type(value)(numpy_as_tensors(v) for v in value)
+        return type(value)(_numpy_as_tensors(v) for v in value)
     if type(value) is dict:
-        return {k: numpy_as_tensors(v) for k, v in value.items()}
+        return {k: _numpy_as_tensors(v) for k, v in value.items()}
     return value
 
 

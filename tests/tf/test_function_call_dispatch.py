@@ -203,3 +203,38 @@ def test_tensorflows_retracing_warnings_stay_eagers():
     assert eager_said == [], eager_said  # one call in four traced: no warning
     assert said == eager_said
     assert sum(r.hits for r in function_rows(terra)) >= 20
+
+
+def numpy_kinds(loop):
+    """Numpy arguments: an array (keyed like a tensor of its dtype), a numpy scalar (keeps
+    TensorFlow's dispatch), an array cast by an input signature, and an array handed to a
+    function run eagerly (its Python sees the array itself)."""
+    seen = []
+    f = tf.function(lambda x, s: tf.reduce_sum(x) * tf.cast(s, tf.float64))
+    signed = tf.function(lambda x: x * 2.0, input_signature=[tf.TensorSpec((None, 3))])
+
+    def python_of(x):
+        seen.append(type(x).__name__)
+        return tf.reduce_sum(x)
+
+    plain = tf.function(python_of)
+    out, total = [], tf.constant(0.0, tf.float64)
+    for i in loop(range(8)):
+        x = np.full((2, 3), float(i))  # float64
+        total += f(x, np.float32(0.5)) + tf.cast(tf.reduce_sum(signed(x)), tf.float64)
+        if i == 5:
+            tf.config.run_functions_eagerly(True)
+        try:
+            out.append(float(plain(x)))
+        finally:
+            tf.config.run_functions_eagerly(False)
+    return out + [float(total)] + seen, []
+
+
+def test_numpy_arguments_dispatch_as_tensorflow_does():
+    # the signed function's output shape is not static, so its call and what it feeds run for
+    # real in co-executed iterations (plan "none"), with or without function_calls
+    terra = compare(numpy_kinds, SEGMENTS, at_least=0.4, plan="none")
+    # a numpy scalar, an input signature: TensorFlow's dispatch, no row
+    (row,) = function_rows(terra)
+    assert row.name == "python_of (tf.function)" and row.hits >= 3  # an array: a float64 tensor
