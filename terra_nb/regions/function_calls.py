@@ -9,7 +9,8 @@ again (an exact match stays cached and is preferred; nothing a cached function m
 traced again), so the later calls go straight to that function's ``_call_flat`` with the same
 flat inputs: the same op runs, the tapes record the same, the values are eager's.
 
-Guard: the function object, the device scope, the argument specs (tensors and numpy arrays by
+Guard: the function object, the device scope, whether it created variables (TensorFlow's
+tracing options depend on it), the argument specs (tensors and numpy arrays by
 dtype and shape, Python scalars by value, lists and tuples by length). Kept on TensorFlow's
 dispatch: keyword arguments, any other argument (an object: TensorFlow keys it by a weak
 reference, and its variables may be inputs; a numpy scalar), functions with an input signature
@@ -74,14 +75,17 @@ class FunctionCalls:
             return original(fn, *args)
         key, tensors, args = keyed
         ident = id(fn)
-        key = (ident, context.context().device_name, key)
+        # whether the function created variables picks TensorFlow's tracing options, part of
+        # its cache's context: a trace that creates one later sends every spec to a new trace
+        key = (ident, context.context().device_name, bool(fn._created_variables), key)
         picked = self._picked.get(key)
         if picked is not None and picked[0]() is fn:
             concrete = picked[1]
+            result = concrete._call_flat(tensors, concrete.captured_inputs)
             self.rows[("function", ident)].hits += 1
-            # counted as eager's call counts it: TensorFlow's retracing warnings stay eager's
+            # counted as eager counts a call that returned: its retracing warnings stay eager's
             _TRACING_DETECTOR.called_without_tracing(fn._key_for_call_stats)
-            return concrete._call_flat(tensors, concrete.captured_inputs)
+            return result
         row = self._row(fn)
         if self._specs.get(ident, 0) >= MAX_SPECS:
             return original(fn, *args)
@@ -140,7 +144,10 @@ def arguments_key(args: tuple) -> tuple[tuple, list, tuple] | None:
 def _keyed(value, key: list, tensors: list):
     t = type(value)
     if t is np.ndarray:
-        value, t = capture.eager_constant(value), tf_ops.EagerTensor
+        try:
+            value, t = capture.eager_constant(value), tf_ops.EagerTensor
+        except Exception as error:  # noqa: BLE001 - TensorFlow's own conversion says why
+            raise _Unkeyed from error
     if t in _TENSORS:
         key.append((value.dtype, value._shape_tuple()))
         tensors.append(value)
