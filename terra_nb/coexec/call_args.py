@@ -40,8 +40,8 @@ def shaped_outputs(entry: Entry, outs: list):
 
 def is_resizable(handle) -> bool:
     data = resource_variable_ops.get_eager_safe_handle_data(handle)
-    if not data.is_set or not data.shape_and_type:
-        return True  # nothing declared: assume it may change
+    if data is None or not data.is_set or not data.shape_and_type:
+        return True  # nothing declared (an iterator's handle has no data): it may change
     shape = data.shape_and_type[0].shape
     return shape.unknown_rank or any(d.size < 0 for d in shape.dim)
 

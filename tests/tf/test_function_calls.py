@@ -89,3 +89,17 @@ def test_function_calls_in_other_modes_equal_eager(mode):
     assert values2 == values
     for a, b in zip(variables, variables2):
         np.testing.assert_array_equal(a, b)
+
+
+def iterator_into_a_function(loop):
+    """A tf.data iterator handed to a tf.function: its resource handle carries no handle data."""
+    it = iter(tf.data.Dataset.range(20).map(lambda z: tf.cast(z, tf.float32)))
+    f = tf.function(lambda it, s: next(it) * s)
+    out = [float(f(it, 2.0)) for _ in loop(range(6))]
+    return out, [np.float32(f.experimental_get_tracing_count())]
+
+
+@pytest.mark.parametrize("regions", [True, False])
+def test_an_iterator_handed_to_a_function_equals_eager(regions):
+    # every value is read at once: the calls run for real (plan "none")
+    compare(iterator_into_a_function, {**SEGMENTS, "regions": regions}, at_least=0.3, plan="none")
