@@ -28,10 +28,12 @@ from tensorflow.python.distribute import distribute_lib
 from tensorflow.python.eager import context
 from tensorflow.python.eager.polymorphic_function import polymorphic_function
 from tensorflow.python.framework import ops as tf_ops
+from tensorflow.python.util import traceback_utils
 
 from .. import capture
 from ..capture.location import user_line
 from ..capture.placeholder import Placeholder
+from .hidden_frames import HiddenFrames
 from .summary import RegionRow
 
 _TENSORS = (tf_ops.EagerTensor, Placeholder)
@@ -72,7 +74,7 @@ class FunctionCalls:
                 or distribute_lib.has_strategy()):  # its Python runs, or XLA's, a signature's
             keyed = arguments_key(args)             # or a strategy's dispatch
         if keyed is None:
-            return original(fn, *args)
+            return _dispatch(original, fn, args)
         key, tensors, args = keyed
         ident = id(fn)
         # whether the function created variables picks TensorFlow's tracing options, part of
@@ -80,19 +82,18 @@ class FunctionCalls:
         key = (ident, context.context().device_name, bool(fn._created_variables), key)
         picked = self._picked.get(key)
         if picked is not None and picked[0]() is fn:
-            concrete = picked[1]
-            result = concrete._call_flat(tensors, concrete.captured_inputs)
+            result = _call_concrete(picked[1], tensors)
             self.rows[("function", ident)].hits += 1
             # counted as eager counts a call that returned: its retracing warnings stay eager's
             _TRACING_DETECTOR.called_without_tracing(fn._key_for_call_stats)
             return result
         row = self._row(fn)
         if self._specs.get(ident, 0) >= MAX_SPECS:
-            return original(fn, *args)
+            return _dispatch(original, fn, args)
         traced = fn.experimental_get_tracing_count()
         _spying.seen = seen = []
         try:
-            result = original(fn, *args)
+            result = _dispatch(original, fn, args)
         finally:
             _spying.seen = None
         if fn.experimental_get_tracing_count() == traced and seen and _same(seen[0][1], tensors):
@@ -122,6 +123,17 @@ class FunctionCalls:
             row = self.rows[("function", id(fn))] = RegionRow(
                 f"{getattr(fn, '__name__', 'function')} (tf.function)", *user_line())
         return row
+
+
+def _dispatch(original, fn, args: tuple):
+    """TensorFlow's dispatch; what it traces records no frame of ours (``hidden_frames``)."""
+    with HiddenFrames():
+        return original(fn, *args)
+
+
+@traceback_utils.filter_traceback  # an error's traceback loses TensorFlow's frames, as eager's
+def _call_concrete(concrete, tensors: list):
+    return concrete._call_flat(tensors, concrete.captured_inputs)
 
 
 class _Unkeyed(Exception):

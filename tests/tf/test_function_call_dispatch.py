@@ -343,3 +343,31 @@ def test_arrays_tensorflow_cannot_convert_keep_its_dispatch():
     values, _, printed, _ = run(unconvertible_arrays, None)
     assert printed.count("traced") >= 1 and len(values) == 7
     compare(unconvertible_arrays, SEGMENTS, at_least=0.3, plan="none")  # no op ever runs
+
+
+def nan_on_the_last_step(loop):
+    """A function first traced in the loop fails at run time: its error names where its node was
+    defined, the user's lines only (no frame of terra-nb's wrappers)."""
+
+    @tf.function
+    def checked(x):
+        tf.debugging.check_numerics(x, "bad")
+        return x * 2.0
+
+    out = []
+    for i in loop(range(4)):
+        try:
+            out.append(float(checked(tf.constant(float("nan") if i == 3 else 1.0))))
+        except tf.errors.InvalidArgumentError as error:
+            out.append(str(error))
+    return out, []
+
+
+def test_an_error_names_the_users_lines_as_in_eager():
+    values, _, _, _ = run(nan_on_the_last_step, None)
+    values2, _, _, terra = run(nan_on_the_last_step, SEGMENTS)
+    this_file = [line for line in values[-1].splitlines() if __file__ in line]
+    assert len(this_file) == 2 and "check_numerics" not in values[-1]  # the call and the op
+    assert values2[:3] == values[:3] and "terra_nb" not in values2[-1]
+    assert [line for line in values2[-1].splitlines() if __file__ in line] == this_file
+    assert sum(r.hits for r in function_rows(terra)) >= 1
