@@ -33,12 +33,11 @@ from tensorflow.python.util import traceback_utils
 from .. import capture
 from ..capture.location import user_line
 from ..capture.placeholder import Placeholder
-from .hidden_frames import HiddenFrames
 from .summary import RegionRow
 
 _TENSORS = (tf_ops.EagerTensor, Placeholder)
 _SCALARS = (bool, int, float, str, type(None))
-MAX_SPECS = 16  # argument specs remembered per function: more, a Python value changes often
+MAX_SPECS = 16  # argument specs per function: at this many, a Python value changes every call
 _TRACING_DETECTOR = polymorphic_function._frequent_tracing_detector_manager
 _spying = threading.local()  # seen: the first ``_call_flat`` of a call being dispatched
 
@@ -61,20 +60,25 @@ class FunctionCalls:
     """The concrete function each (function, argument specs) dispatched to, and a row per
     function in the regions' summary (hits: calls answered without dispatch)."""
 
-    def __init__(self, rows: dict) -> None:
-        self.rows = rows  # the regions' rows: one per function, keyed ("function", id)
+    def __init__(self, rows: dict, fold) -> None:
+        """``rows``: the regions' rows (one per function, keyed ("function", id)); ``fold``: how
+        the regions fold the row of a collected object that never hit."""
+        self.rows, self._fold = rows, fold
         self._picked: dict[tuple, tuple[weakref.ref, object]] = {}  # key -> (fn, concrete)
-        self._specs: dict[int, int] = {}  # id(fn) -> keys seen
+        self._specs: dict[int, int] = {}  # id(fn) -> specs remembered (MAX_SPECS: refused)
+        self._gone: list[int] = []  # ids of collected functions (their finalizers append them)
 
     def call(self, fn, original, args: tuple):
         """``fn(*args)``: its concrete function's ``_call_flat`` when these specs dispatched
         without tracing before; else TensorFlow's dispatch, watched."""
+        if self._gone:  # before the guard: a new function may have a collected one's address
+            self._forget_gone()
         keyed = None
-        if not (fn._run_functions_eagerly or fn._jit_compile or fn.input_signature is not None
+        if not (fn._run_functions_eagerly or fn._jit_compile or fn.input_signature
                 or distribute_lib.has_strategy()):  # its Python runs, or XLA's, a signature's
             keyed = arguments_key(args)             # or a strategy's dispatch
         if keyed is None:
-            return _dispatch(original, fn, args)
+            return original(fn, *args)
         key, tensors, args = keyed
         ident = id(fn)
         # whether the function created variables picks TensorFlow's tracing options, part of
@@ -89,11 +93,11 @@ class FunctionCalls:
             return result
         row = self._row(fn)
         if self._specs.get(ident, 0) >= MAX_SPECS:
-            return _dispatch(original, fn, args)
+            return original(fn, *args)
         traced = fn.experimental_get_tracing_count()
         _spying.seen = seen = []
         try:
-            result = _dispatch(original, fn, args)
+            result = original(fn, *args)
         finally:
             _spying.seen = None
         if fn.experimental_get_tracing_count() == traced and seen and _same(seen[0][1], tensors):
@@ -102,33 +106,39 @@ class FunctionCalls:
 
     def _remember(self, key: tuple, fn, concrete, row: RegionRow) -> None:
         ident = key[0]
-        if ident not in self._specs:  # a function dropped by the user takes its entries along
-            weakref.finalize(fn, self._forget, ident)
         n = self._specs[ident] = self._specs.get(ident, 0) + 1
+        if n >= MAX_SPECS:  # a Python argument that changes every call: TensorFlow dispatches
+            for k in [k for k in self._picked if k[0] == ident]:
+                del self._picked[k]
+            row.refuse(f"more than {MAX_SPECS - 1} argument specs (a Python argument that "
+                       f"changes every call?): TensorFlow dispatches its calls")
+            return
         self._picked[key] = (weakref.ref(fn), concrete)
         row.form(len(concrete.function_def.node_def))
-        if n >= MAX_SPECS:
-            row.refuse(f"{MAX_SPECS} argument specs: more go to TensorFlow's dispatch (a Python "
-                       f"argument that changes every call?)")
 
-    def _forget(self, ident: int) -> None:
-        """A function was collected: a new one may get its address, and must start afresh."""
-        for key in [k for k in self._picked if k[0] == ident]:
-            del self._picked[key]
-        self._specs.pop(ident, None)
+    def _forget_gone(self) -> None:
+        """Forget the functions collected since the last call (a new one may get the address
+        of one and must start afresh): their entries go; a row that hit stays listed as
+        collected, the others fold into one per source line."""
+        while self._gone:
+            ident = self._gone.pop()
+            for key in [k for k in self._picked if k[0] == ident]:
+                del self._picked[key]
+            self._specs.pop(ident, None)
+            row = self.rows.pop(("function", ident), None)
+            if row is not None and row.hits:
+                row.collected()
+                self.rows[("collected", id(row), "function", ident)] = row
+            elif row is not None:
+                self._fold(row)
 
     def _row(self, fn) -> RegionRow:
         row = self.rows.get(("function", id(fn)))
         if row is None:
             row = self.rows[("function", id(fn))] = RegionRow(
                 f"{getattr(fn, '__name__', 'function')} (tf.function)", *user_line())
+            weakref.finalize(fn, self._gone.append, id(fn))
         return row
-
-
-def _dispatch(original, fn, args: tuple):
-    """TensorFlow's dispatch; what it traces records no frame of ours (``hidden_frames``)."""
-    with HiddenFrames():
-        return original(fn, *args)
 
 
 @traceback_utils.filter_traceback  # an error's traceback loses TensorFlow's frames, as eager's

@@ -1,11 +1,12 @@
-"""The regions' own frames, left out of the stacks TensorFlow records for the graph nodes it
+"""terra-nb's own frames, left out of the stacks TensorFlow records for the graph nodes it
 traces, as TensorFlow leaves out its own.
 
 TensorFlow keeps, for each node a trace makes, the Python stack that made it, and names those
 lines in a runtime error ("Detected at node ... defined at"). A ``tf.function`` first traced while
-a region wrapper is on the stack would name the wrapper's lines there, in every later error of
-that function, long after the loop. Inside ``HiddenFrames()`` the files of this package are
-filtered out of those stacks (``tf_stack``'s thread-local filters): the error reads as in eager.
+a region wrapper is on the stack (a user function, or one a layer calls) would name the wrapper's
+lines there, in every later error of that function, long after the loop. Inside
+``HiddenFrames()`` (a regions iteration) terra-nb's files are filtered out of those stacks
+(``tf_stack``'s thread-local filters): the error reads as in eager.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import os
 
 from tensorflow.python.util import tf_stack
 
-_FILES = frozenset(glob.glob(os.path.join(os.path.dirname(os.path.abspath(__file__)), "*.py")))
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_FILES = frozenset(glob.glob(os.path.join(_PACKAGE, "**", "*.py"), recursive=True))
 
 
 class HiddenFrames(tf_stack.StackTraceFilter):
-    """A context: nodes traced inside it do not record the regions' frames (one per use)."""
+    """A context: nodes traced inside it do not record terra-nb's frames (one per use)."""
 
     def get_filtered_filenames(self) -> frozenset:
         return _FILES | self.parent.get_filtered_filenames()

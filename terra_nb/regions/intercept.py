@@ -24,6 +24,7 @@ from tensorflow.python.eager.polymorphic_function import concrete_function, poly
 
 from ..timeline import RunnerSpan
 from .function_calls import spy_call_flat
+from .hidden_frames import HiddenFrames
 from .python_state import WRITES_COUNTED, count_write, forget_writes, same_value
 from .table import Regions
 
@@ -234,7 +235,8 @@ class Interception:
         self.regions.tapes.iteration = index
         self.regions.marks = []  # (those of an iteration nobody took the marks of)
         try:
-            yield
+            with HiddenFrames():  # what a call traces through the wrappers names no line of ours
+                yield
         finally:
             _local.regions = None
             self.regions.end_iteration()

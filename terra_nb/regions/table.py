@@ -100,7 +100,7 @@ class Regions:
         self.dropped: dict[str, RegionCall] = {}  # the functions of regions no longer formed
         self.families = Families()
         self.tapes = Tapes(self)  # GradientTape.gradient answered by one function
-        self.functions = FunctionCalls(self.rows)  # user tf.function calls, dispatched once
+        self.functions = FunctionCalls(self.rows, self._fold)  # user tf.functions, dispatched once
         self.marks: list[tuple[str, float, float]] = []  # this iteration's hits: call, start, end
         self._keys_of: dict[int, list[tuple]] = {}  # object id -> (guard key, method) of its rows
         self._gone: list[int] = []  # ids of collected objects (their finalizers append them)

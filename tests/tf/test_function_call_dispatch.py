@@ -122,7 +122,12 @@ def test_a_new_function_each_step_equals_eager():
     values, _, _, _ = run(new_function_each_step, None)
     values2, _, _, terra = run(new_function_each_step, SEGMENTS)
     assert values2 == values == [6.0 * i for i in range(12)]
-    assert sum(r.hits for r in function_rows(terra)) == 12  # each third call
+    rows = function_rows(terra)
+    assert sum(r.hits for r in rows) == 12  # each third call
+    # each collected function's row is listed as collected; the last one's, gone after the
+    # loop's last call, still formed
+    assert [r.reason for r in rows].count("its object was collected") == 11
+    assert [r.state for r in rows].count("formed") == 1
 
 
 def test_a_function_at_another_ones_address_is_not_taken_for_it(monkeypatch):
@@ -345,29 +350,74 @@ def test_arrays_tensorflow_cannot_convert_keep_its_dispatch():
     compare(unconvertible_arrays, SEGMENTS, at_least=0.3, plan="none")  # no op ever runs
 
 
-def nan_on_the_last_step(loop):
-    """A function first traced in the loop fails at run time: its error names where its node was
-    defined, the user's lines only (no frame of terra-nb's wrappers)."""
+def nan_on_the_last_step(through_a_layer: bool):
+    """A function first traced in the loop (called directly, or by a layer's ``call``) fails at
+    run time: its error names where its node was defined, the user's lines only (and Keras'),
+    no frame of terra-nb's wrappers."""
+
+    def program(loop):
+        @tf.function
+        def checked(x):
+            tf.debugging.check_numerics(x, "bad")
+            return x * 2.0
+
+        class Checked(keras.layers.Layer):
+            def call(self, x):
+                return checked(x)
+
+        step, out = Checked() if through_a_layer else checked, []
+        for i in loop(range(4)):
+            try:
+                out.append(float(tf.reduce_sum(step(tf.constant([float("nan") if i == 3
+                                                                  else 1.0])))))
+            except tf.errors.InvalidArgumentError as error:
+                out.append(str(error))
+        return out, []
+
+    return program
+
+
+@pytest.mark.parametrize("through_a_layer", [False, True])
+def test_an_error_names_the_users_lines_as_in_eager(through_a_layer):
+    program = nan_on_the_last_step(through_a_layer)
+    values, _, _, _ = run(program, None)
+    values2, _, _, terra = run(program, SEGMENTS)
+    lines = [line for line in values[-1].splitlines() if __file__ in line]
+    assert len(lines) == 2 + through_a_layer  # the step's line, (the layer's call,) the op
+    assert values2[:3] == values[:3] and "terra_nb" not in values2[-1]
+    assert [line for line in values2[-1].splitlines() if __file__ in line] == lines
+    assert terra.regions.rows  # the calls went through the region wrappers
+
+
+def python_argument_every_call(loop):
+    """A Python int that changes every few calls: 20 values, three calls each."""
+    f = tf.function(lambda x, k: x * float(k))
+    x = tf.ones((2,))
+    return [float(tf.reduce_sum(f(x, k))) for k in loop(range(20)) for _ in range(3)], []
+
+
+def test_a_function_with_a_python_argument_that_keeps_changing_is_refused():
+    # a new trace every iteration: a new op each time, so the loop stays in tracing, as it should
+    terra = compare(python_argument_every_call, SEGMENTS, tracing_only=True)
+    (row,) = function_rows(terra)
+    # each of the first 15 values: traced, remembered, one hit; the 16th to remember refuses
+    assert row.state == "refused" and "argument specs" in row.reason and row.hits == 15, row
+
+
+def no_arguments(loop):
+    """A step of no arguments reading its data from an iterator it closes over."""
+    it = iter(tf.data.Dataset.range(50).map(lambda z: tf.cast(z, tf.float32)))
+    w = tf.Variable(1.0)
 
     @tf.function
-    def checked(x):
-        tf.debugging.check_numerics(x, "bad")
-        return x * 2.0
+    def step():
+        w.assign_add(next(it) * 0.01)
+        return w * 2.0
 
-    out = []
-    for i in loop(range(4)):
-        try:
-            out.append(float(checked(tf.constant(float("nan") if i == 3 else 1.0))))
-        except tf.errors.InvalidArgumentError as error:
-            out.append(str(error))
-    return out, []
+    return [float(step()) for _ in loop(range(8))], [w.numpy()]
 
 
-def test_an_error_names_the_users_lines_as_in_eager():
-    values, _, _, _ = run(nan_on_the_last_step, None)
-    values2, _, _, terra = run(nan_on_the_last_step, SEGMENTS)
-    this_file = [line for line in values[-1].splitlines() if __file__ in line]
-    assert len(this_file) == 2 and "check_numerics" not in values[-1]  # the call and the op
-    assert values2[:3] == values[:3] and "terra_nb" not in values2[-1]
-    assert [line for line in values2[-1].splitlines() if __file__ in line] == this_file
-    assert sum(r.hits for r in function_rows(terra)) >= 1
+def test_a_function_of_no_arguments_skips_its_dispatch():
+    terra = compare(no_arguments, SEGMENTS, at_least=0.3, plan="none")
+    (row,) = function_rows(terra)
+    assert row.hits == 6, row  # traced, remembered, then every call
