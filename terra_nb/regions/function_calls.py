@@ -10,12 +10,13 @@ traced again), so the later calls go straight to that function's ``_call_flat`` 
 flat inputs: the same op runs, the tapes record the same, the values are eager's.
 
 Guard: the function object, the device scope, whether it created variables (TensorFlow's
-tracing options depend on it), the argument specs (tensors and numpy arrays by
-dtype and shape, Python scalars by value, lists and tuples by length). Kept on TensorFlow's
-dispatch: keyword arguments, any other argument (an object: TensorFlow keys it by a weak
-reference, and its variables may be inputs; a numpy scalar), functions with an input signature
-(it may cast), run eagerly or compiled by XLA, calls in a distribution strategy's scope, and
-calls whose flat inputs are not exactly their tensor arguments in order.
+tracing options depend on it), the argument specs (tensors and numpy arrays by dtype and shape,
+Python scalars by value, lists and tuples by length). Kept on TensorFlow's dispatch: keyword
+arguments, any other argument (an object: TensorFlow keys it by a weak reference, and its
+variables may be inputs; a numpy scalar; an array TensorFlow cannot convert), functions with an
+input signature (it may cast), run eagerly or compiled by XLA, calls in a distribution
+strategy's scope, calls whose flat inputs are not exactly their tensor arguments in order, and a
+function whose arguments took ``MAX_SPECS`` specs.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from ..capture.location import user_line
 from ..capture.placeholder import Placeholder
 from .summary import RegionRow
 
-_TENSORS = (tf_ops.EagerTensor, Placeholder)
-_SCALARS = (bool, int, float, str, type(None))
+TENSORS = (tf_ops.EagerTensor, Placeholder)  # arguments keyed by dtype and shape
+SCALARS = (bool, int, float, str, type(None))  # arguments keyed by value
 MAX_SPECS = 16  # argument specs per function: at this many, a Python value changes every call
 _TRACING_DETECTOR = polymorphic_function._frequent_tracing_detector_manager
 _spying = threading.local()  # seen: the first ``_call_flat`` of a call being dispatched
@@ -170,14 +171,14 @@ def _keyed(value, key: list, tensors: list):
             value, t = capture.eager_constant(value), tf_ops.EagerTensor
         except Exception as error:  # noqa: BLE001 - TensorFlow's own conversion says why
             raise _Unkeyed from error
-    if t in _TENSORS:
+    if t in TENSORS:
         key.append((value.dtype, value._shape_tuple()))
         tensors.append(value)
         return value
     if t is list or t is tuple:
         key.append((t, len(value)))
         return t(_keyed(v, key, tensors) for v in value)
-    if t in _SCALARS:
+    if t in SCALARS:
         key.append((t, value))
         return value
     raise _Unkeyed

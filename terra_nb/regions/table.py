@@ -17,17 +17,15 @@ import weakref
 
 import numpy as np
 from tensorflow.python.framework import op_def_registry
-from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.framework.indexed_slices import IndexedSlices
 
 from .. import capture
 from ..capture import hooks
 from ..capture.location import user_line
-from ..capture.placeholder import Placeholder
 from ..trace.tracegraph import RegionCall
 from .effects import EffectProbe, hidden_inputs, objects_of, side_outputs
 from .families import Families, family_key
-from .function_calls import FunctionCalls
+from .function_calls import SCALARS, TENSORS, FunctionCalls
 from .python_state import TooLarge, argument_objects
 from .recording import Recording, RecordingTee
 from .region import DECLINED, Region
@@ -39,8 +37,6 @@ REFUSE_AFTER = 3  # traced calls in a row with an effect
 MAX_PENDING = 256
 AWAIT_ITERATIONS = 4  # iterations run for real that a call awaited there is waited for
 MAX_SPECS = 16  # guard keys per object and method: beyond, a Python value changes every call
-_TENSORS = (tf_ops.EagerTensor, Placeholder)
-_SCALARS = (bool, int, float, str, type(None))
 
 
 class Unguardable(Exception):
@@ -51,7 +47,7 @@ def _specs(value, out: list, tensors: list) -> None:
     """Guard key of one argument, appended to ``out``; lists, tuples and dicts recursively (a
     tensor held in a container keyed by identity would be baked in by value)."""
     t = type(value)
-    if t in _TENSORS:
+    if t in TENSORS:
         out.append((value.dtype, value._shape_tuple()))
         tensors.append(value)
     elif t is list or t is tuple:
@@ -62,7 +58,7 @@ def _specs(value, out: list, tensors: list) -> None:
         out.append(tuple(value))
         for v in value.values():
             _specs(v, out, tensors)
-    elif t in _SCALARS:
+    elif t in SCALARS:
         out.append((t, value))
     elif t is IndexedSlices:  # a sparse gradient (an embedding's): its three tensors
         out.append(t)
