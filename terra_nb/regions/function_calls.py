@@ -61,10 +61,10 @@ class FunctionCalls:
     """The concrete function each (function, argument specs) dispatched to, and a row per
     function in the regions' summary (hits: calls answered without dispatch)."""
 
-    def __init__(self, rows: dict, fold) -> None:
-        """``rows``: the regions' rows (one per function, keyed ("function", id)); ``fold``: how
-        the regions fold the row of a collected object that never hit."""
-        self.rows, self._fold = rows, fold
+    def __init__(self, regions) -> None:
+        """``regions``: the ``Regions`` whose rows hold one per function, keyed ("function", id),
+        and retire a collected function's row as a collected object's."""
+        self.regions, self.rows = regions, regions.rows
         self._picked: dict[tuple, tuple[weakref.ref, object]] = {}  # key -> (fn, concrete)
         self._specs: dict[int, int] = {}  # id(fn) -> specs remembered (MAX_SPECS: refused)
         self._gone: list[int] = []  # ids of collected functions (their finalizers append them)
@@ -109,8 +109,7 @@ class FunctionCalls:
         ident = key[0]
         n = self._specs[ident] = self._specs.get(ident, 0) + 1
         if n >= MAX_SPECS:  # a Python argument that changes every call: TensorFlow dispatches
-            for k in [k for k in self._picked if k[0] == ident]:
-                del self._picked[k]
+            self._drop(ident)
             row.refuse(f"more than {MAX_SPECS - 1} argument specs (a Python argument that "
                        f"changes every call?): TensorFlow dispatches its calls")
             return
@@ -123,15 +122,14 @@ class FunctionCalls:
         collected, the others fold into one per source line."""
         while self._gone:
             ident = self._gone.pop()
-            for key in [k for k in self._picked if k[0] == ident]:
-                del self._picked[key]
+            self._drop(ident)
             self._specs.pop(ident, None)
-            row = self.rows.pop(("function", ident), None)
-            if row is not None and row.hits:
-                row.collected()
-                self.rows[("collected", id(row), "function", ident)] = row
-            elif row is not None:
-                self._fold(row)
+            self.regions.retire_row(("function", ident))
+
+    def _drop(self, ident: int) -> None:
+        """Forget the concrete functions remembered for the function ``ident``."""
+        for key in [k for k in self._picked if k[0] == ident]:
+            del self._picked[key]
 
     def _row(self, fn) -> RegionRow:
         row = self.rows.get(("function", id(fn)))

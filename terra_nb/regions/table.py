@@ -96,7 +96,7 @@ class Regions:
         self.dropped: dict[str, RegionCall] = {}  # the functions of regions no longer formed
         self.families = Families()
         self.tapes = Tapes(self)  # GradientTape.gradient answered by one function
-        self.functions = FunctionCalls(self.rows, self._fold)  # user tf.functions, dispatched once
+        self.functions = FunctionCalls(self)  # user tf.function calls, dispatched once
         self.marks: list[tuple[str, float, float]] = []  # this iteration's hits: call, start, end
         self._keys_of: dict[int, list[tuple]] = {}  # object id -> (guard key, method) of its rows
         self._gone: list[int] = []  # ids of collected objects (their finalizers append them)
@@ -118,15 +118,20 @@ class Regions:
                 self.pending.pop(key, None)
                 self.specs_for.pop((ident, method), None)
                 self.formed_for.pop((ident, method), None)
-                row = self.rows.pop(key, None)
-                if row is None:
-                    continue
-                if row.hits:  # listed still, under a key no object has
-                    row.collected()
-                    self.rows[("collected", id(row), *key)] = row
-                else:
-                    self._fold(row)
+                self.retire_row(key)
             self.families.drop(ident)
+
+    def retire_row(self, key: tuple) -> None:
+        """The object of row ``key`` was collected: a row that hit stays listed as collected
+        (under a key no object has); the others fold into one row per call site."""
+        row = self.rows.pop(key, None)
+        if row is None:
+            return
+        if row.hits:
+            row.collected()
+            self.rows[("collected", id(row), *key)] = row
+        else:
+            self._fold(row)
 
     def _fold(self, row: RegionRow) -> None:
         folded = self.rows.get(("gone", row.name, row.source))
