@@ -207,6 +207,15 @@ def _quick_execute(op_name, num_outputs, inputs, attrs, ctx, name=None):
     return outputs
 
 
+def report_read(placeholder) -> None:
+    """Python read a placeholder's value (its runner counted the fetch): a sink that watches
+    reads (``on_placeholder_read``: a region's recording tee) sees it."""
+    sink = getattr(_local, "sink", None)
+    seen = getattr(sink, "on_placeholder_read", None)
+    if seen is not None:
+        seen(placeholder)
+
+
 def _numpy(self):
     sink = getattr(_local, "sink", None)
     if sink is not None:

@@ -148,11 +148,18 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
             record.record_operation("Identity", [self.value], [self], lambda dy: [dy])
         return self.value
 
+    def _read(self):
+        """The real value, for Python to read: a recording tee (a region's formation) sees the
+        read as it sees an eager tensor's (``hooks.report_read``)."""
+        value = self.real()
+        hooks.report_read(self)
+        return value
+
     def _numpy(self):
         # The value's own _numpy is hooked to report a fetch: this one was reported already.
         if self.replayed and not self._fetched:  # Python reads it: a fetch all the same
             self._producer.materialise(self)
-        value = self.real()
+        value = self._read()
         try:
             return value._numpy_internal()
         except core._NotOkStatusException as error:
@@ -182,13 +189,13 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
         return complex(self._numpy())
 
     def __format__(self, spec: str) -> str:
-        return self.real().__format__(spec)
+        return self._read().__format__(spec)
 
     def __repr__(self) -> str:
-        return repr(self.real())
+        return repr(self._read())
 
     def __str__(self) -> str:
-        return str(self.real())
+        return str(self._read())
 
     def __reduce__(self):
         return self.real().__reduce__()
@@ -198,3 +205,6 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
 
     def __deepcopy__(self, memo):
         return self.real().__deepcopy__(memo)
+
+
+from . import hooks  # noqa: E402 - hooks imports this module

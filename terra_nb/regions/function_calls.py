@@ -11,17 +11,20 @@ flat inputs: the same op runs, the tapes record the same, the values are eager's
 
 Guard: the function object, the device scope, whether it created variables (TensorFlow's
 tracing options depend on it), the argument specs (tensors and numpy arrays by dtype and shape,
-Python scalars by value, lists and tuples by length). Kept on TensorFlow's dispatch: keyword
-arguments, any other argument (an object: TensorFlow keys it by a weak reference, and its
-variables may be inputs; a numpy scalar; an array TensorFlow cannot convert), functions with an
-input signature (it may cast), run eagerly or compiled by XLA, calls in a distribution
-strategy's scope, calls whose flat inputs are not exactly their tensor arguments in order, and a
-function whose arguments took ``MAX_SPECS`` specs.
+Python scalars by value, lists and tuples by length), and as specs too the defaults the call
+leaves to Python (TensorFlow binds them: a list default changed in place retraces). Kept on
+TensorFlow's dispatch: keyword arguments, any other argument (an object: TensorFlow keys it by
+a weak reference, and its variables may be inputs; a numpy scalar; an array TensorFlow cannot
+convert), a default that is not keyable (an object), functions with an input signature (it may
+cast), run eagerly or compiled by XLA, calls in a distribution strategy's scope, calls whose
+flat inputs are not exactly their tensor arguments in order, and a function whose arguments
+took ``MAX_SPECS`` specs.
 """
 
 from __future__ import annotations
 
 import threading
+import types
 import weakref
 
 import numpy as np
@@ -78,9 +81,11 @@ class FunctionCalls:
         if not (fn._run_functions_eagerly or fn._jit_compile or fn.input_signature
                 or distribute_lib.has_strategy()):  # its Python runs, or XLA's, a signature's
             keyed = arguments_key(args)             # or a strategy's dispatch
-        if keyed is None:
+        defaults = _defaults_key(fn, len(args)) if keyed is not None else None
+        if defaults is None:
             return original(fn, *args)
         key, tensors, args = keyed
+        key = (key, defaults)
         ident = id(fn)
         # whether the function created variables picks TensorFlow's tracing options, part of
         # its cache's context: a trace that creates one later sends every spec to a new trace
@@ -180,6 +185,28 @@ def _keyed(value, key: list, tensors: list):
         key.append((t, value))
         return value
     raise _Unkeyed
+
+
+def _defaults_key(fn, given: int) -> tuple | None:
+    """The key of the defaults a call of ``given`` positional arguments leaves to Python, keyed
+    as arguments: TensorFlow binds them and keys its cache on them (a list default changed in
+    place retraces). None when one is not keyable, or the function's are not known."""
+    python_function = fn._python_function
+    bound = isinstance(python_function, types.MethodType)
+    func = python_function.__func__ if bound else python_function
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return None
+    defaults, keywords = func.__defaults__ or (), func.__kwdefaults__ or {}
+    used = defaults[max(0, given + bound - (code.co_argcount - len(defaults))):]
+    used += tuple(keywords[k] for k in sorted(keywords))
+    key: list = []
+    try:
+        for value in used:
+            _keyed(value, key, [])
+    except _Unkeyed:
+        return None
+    return tuple(key)
 
 
 def _same(flat: list, tensors: list) -> bool:

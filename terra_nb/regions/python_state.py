@@ -207,6 +207,8 @@ class _Walk:
             self.source(lambda: _generator_state(obj), path)
         elif isinstance(obj, random.Random):  # a generator of the user's own
             self.source(lambda: (hash(obj.getstate()),), path, ["state"])
+        elif isinstance(obj, _NUMPY_RANDOM):  # numpy's draws run in Cython: no watch sees them
+            self.source(lambda: (_numpy_random_state(obj),), path, ["state"])
         elif isinstance(obj, type):
             if _user(obj):
                 self.source(obj.__dict__.values, path, ".")
@@ -334,6 +336,23 @@ def _attributes(objs: list) -> list[dict]:
     """A fingerprint of each object's attributes: scalars by value, other objects by identity
     (and lists, dicts, sets by length too)."""
     return [{k: _fingerprint(v) for k, v in vars(o).items()} for o in objs]
+
+
+_NUMPY_RANDOM = (np.random.Generator, np.random.RandomState, np.random.BitGenerator)
+
+
+def _numpy_random_state(source) -> int:
+    """A fingerprint of a numpy generator's state (its bit generator's, arrays by bytes)."""
+    bits = getattr(source, "bit_generator", None) or getattr(source, "_bit_generator", source)
+    return hash(_frozen(bits.state))
+
+
+def _frozen(value):
+    if isinstance(value, dict):
+        return tuple((k, _frozen(v)) for k, v in sorted(value.items()))
+    if isinstance(value, np.ndarray):
+        return value.tobytes()
+    return value
 
 
 def _generator_state(generator) -> list:

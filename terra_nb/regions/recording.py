@@ -88,6 +88,14 @@ class RecordingTee:
         if self.inner is not None:
             self.inner.on_fetch(tensor)
 
+    def on_placeholder_read(self, placeholder) -> None:
+        """A read of a placeholder (a co-executed call's branch on a variable): as ``on_fetch``,
+        without counting a fetch again in the runner."""
+        self.fetched.append(placeholder)
+        seen = getattr(self.inner, "on_placeholder_read", None)
+        if seen is not None:
+            seen(placeholder)
+
 
 class Recording:
     """One call as wired ops; ``key()`` is what two runs must share to form a region."""
@@ -115,6 +123,7 @@ class Recording:
         self.out_struct = tf.nest.pack_sequence_as(
             result, [None if isinstance(leaf, tf.Tensor) else leaf for leaf in leaves])
         self.created_vars = any(op.op_type in VARIABLE_OPS for op in self.ops)
+        self.own_gradient: str | None = None  # set by formation: a custom gradient it recorded
 
     def _split_reads(self, fetched: list, first_id: int | None) -> None:
         """Reads of shape-derived values (Keras' Dropout reads its noise shape) are fixed by the

@@ -122,6 +122,7 @@ class Region:
         self.label = "region_" + re.sub(r"\W+", "_", name.replace("__", ""))
         self.hits = 0
         self.broken: str | None = None  # why B cannot be built
+        self.own_gradient = rec.own_gradient  # a custom gradient in the call: no B
         self.backwards: dict = {}  # watched args -> (F with saved values, B, B's saved inputs)
         self.spec = rec.spec
         self.trainable = {}  # capture key -> tf.Variable
@@ -244,6 +245,9 @@ class Region:
         differentiated again (nested tapes, forward accumulators): B is not differentiable."""
         watched = ()
         taped = record.could_possibly_record() and bool(self.t_vars or self.float_args)
+        if taped and self.own_gradient:
+            self.broken = self.own_gradient
+            return DECLINED
         if taped:
             watched = tuple(i for i in self.float_args if record.should_record_backprop([args[i]]))
             for v in self.t_vars:  # as a ReadVariableOp does in eager: the tape watches the var

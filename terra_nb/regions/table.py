@@ -23,6 +23,7 @@ from .. import capture
 from ..capture import hooks
 from ..capture.location import user_line
 from ..trace.tracegraph import RegionCall
+from .callee_watch import CalleeWatch
 from .effects import EffectProbe, hidden_inputs, objects_of, side_outputs
 from .families import Families, family_key
 from .function_calls import SCALARS, TENSORS, FunctionCalls
@@ -346,6 +347,7 @@ class _TracedCall:
     def __enter__(self) -> None:
         self.probe = self._hold.enter_context(EffectProbe(self.objs, self.arguments))
         self._hold.enter_context(capture.capturing(self.tee))
+        self.callees = self._hold.enter_context(CalleeWatch())  # innermost: the call alone
 
     def __exit__(self, *exc) -> None:
         self._hold.close()
@@ -353,7 +355,9 @@ class _TracedCall:
     def finish(self, result) -> None:
         regions, row, key = self.regions, self.row, self.key
         rec = Recording(self.tee, self.tensors, result)
+        rec.own_gradient = self.callees.own_gradient
         effects = self.probe.effects + side_outputs(self.obj, result) + hidden_inputs(self.obj)
+        effects += self.callees.finish(result)
         effects += [f"value read ({rec.reads} tensors)"] * bool(rec.reads)
         if rec.created_vars or regions.epoch != self.epoch:
             effects.append("variable created")

@@ -1,0 +1,173 @@
+"""Which callees a region's call may reach: the allowlist formation checks, in one table.
+
+A formed region does not run its call's Python, so every Python or C function that Python called
+must be known to have no effect Python could see. ``callee_watch`` asks this module about each
+callee of a traced run; anything not listed here refuses the region, naming the callee and line.
+
+Python functions are judged by the module that defines them:
+- ``TRUSTED_PACKAGES``: Keras promises its layers, losses, metrics and optimizers trace (``fit``
+  traces them), and TensorFlow's own Python runs under ``tf.function`` alike; their state lives
+  in variables, which the recording sees. The C functions they call are trusted with them.
+- ``REFUSED_MODULES``: named exceptions inside them, and other modules with effects.
+- ``STDLIB_PURE``: standard-library modules without effects a call could leave behind.
+- the user's own code is allowed and watched: each C function it calls is judged below, and
+  what it assigns is compared by the state walk (``python_state``).
+- any other installed package or standard-library module refuses the region when the user's
+  code calls it (``Unlisted``); called from trusted code, it is trusted with its caller.
+
+C functions called from the user's code are judged by what they are:
+- builtins in ``PURE_BUILTINS``; ``REFUSED_BUILTINS`` (I/O, code execution) refuse;
+- methods of immutable builtin values; reading methods of containers and arrays;
+- ``WRITING_NUMPY`` functions (they write into an array argument no watch sees) refuse;
+- ``MUTATING_METHODS`` of containers and arrays are *tracked*: allowed when the container does
+  not outlive the call or is left as it was (``callee_watch``);
+- functions of ``PURE_C_MODULES``; methods of objects from trusted packages;
+- anything else (a numpy ``Generator``, ``random.Random``, ``time``, ``os``, sockets) refuses.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sysconfig
+from types import CodeType, ModuleType
+
+import numpy as np
+
+TRUSTED_PACKAGES = frozenset({
+    "keras", "tensorflow", "terra_nb", "numpy", "optree", "tree", "ml_dtypes", "absl",
+    "typing_extensions", "namex", "wrapt", "google"})
+
+REFUSED_MODULES = {  # module prefix -> what it does (checked before TRUSTED_PACKAGES)
+    "tensorflow.python.platform.tf_logging": "logs",
+    "absl.logging": "logs",
+    "keras.src.utils.io_utils": "prints",
+    "keras.src.utils.progbar": "prints",
+    "numpy.random": "draws from numpy's random state, which no guard holds",
+    "logging": "logs",
+    "warnings": "warns (writes to stderr, changes the warning registry)",
+    "random": "draws from Python's random state",
+}
+
+STDLIB_PURE = frozenset({
+    "abc", "typing", "inspect", "contextlib", "enum", "functools", "re", "re._parser",
+    "re._compiler", "re._casefix", "collections", "collections.abc", "_collections_abc",
+    "threading", "weakref", "_weakrefset", "copy", "copyreg", "dataclasses", "types",
+    "operator", "keyword", "string", "numbers", "posixpath", "genericpath", "importlib",
+    "importlib._bootstrap", "importlib._bootstrap_external", "reprlib", "textwrap", "dis",
+    "opcode", "linecache", "tokenize", "traceback", "ast"})
+
+PURE_BUILTINS = frozenset({
+    "abs", "all", "any", "ascii", "bin", "callable", "chr", "delattr", "dir", "divmod",
+    "format", "getattr", "globals", "hasattr", "hash", "hex", "id", "isinstance", "issubclass",
+    "iter", "len", "locals", "max", "min", "next", "oct", "ord", "pow", "repr", "round",
+    "setattr", "sorted", "sum", "vars", "__build_class__", "__import__"})
+REFUSED_BUILTINS = frozenset({
+    "print", "open", "input", "exec", "eval", "compile", "breakpoint", "exit", "quit", "help"})
+
+PURE_C_MODULES = frozenset({
+    "math", "cmath", "_operator", "_functools", "itertools", "_abc", "_weakref", "_collections",
+    "_string", "_struct", "_json", "_sre", "_codecs", "numpy.core._multiarray_umath",
+    "numpy._core._multiarray_umath", "_thread"})
+PURE_SYS = frozenset({"_getframe", "exc_info", "getrecursionlimit", "getsizeof", "intern",
+                      "getrefcount", "getdefaultencoding"})
+WRITING_NUMPY = frozenset({"copyto", "put", "place", "putmask", "put_along_axis", "fill_diagonal"})
+
+IMMUTABLE = (str, bytes, int, float, complex, bool, tuple, frozenset, range, slice, type(None),
+             type, memoryview, type(ModuleType.__dict__))
+CONTAINERS = (list, dict, set, bytearray, collections.deque)
+MUTATING_METHODS = frozenset({
+    "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update",
+    "setdefault", "popitem", "add", "discard", "difference_update", "intersection_update",
+    "symmetric_difference_update", "appendleft", "extendleft", "popleft", "rotate",
+    "__setitem__", "__delitem__", "__iadd__", "__imul__", "__ior__", "__iand__", "__ixor__",
+    "__isub__", "move_to_end", "fill", "put", "partition", "resize", "itemset", "setfield",
+    "setflags", "byteswap"})
+
+# verdicts
+TRUSTED, USER, TRACKED = "trusted", "user", "tracked"
+
+
+class Unlisted(str):
+    """The verdict on a function the table does not list: it refuses the region when the user's
+    code calls it; called by trusted code (Keras's ``queue.join``), it is trusted with it."""
+
+_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+_SITE = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("purelib", "platlib")})
+
+
+def _refused_module(module: str) -> str | None:
+    for prefix, what in REFUSED_MODULES.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return what
+    return None
+
+
+def python_verdict(code: CodeType, module: str, user: bool) -> str:
+    """TRUSTED, USER (watched) or the reason the call refuses the region, for a Python function
+    of ``module`` (``user``: code the user wrote, ``location.is_user_code``)."""
+    what = _refused_module(module)
+    if what is not None:
+        return f"calls {module}.{code.co_name}, which {what}"
+    if module.split(".")[0] in TRUSTED_PACKAGES:
+        return TRUSTED
+    if user:
+        return USER
+    if module in STDLIB_PURE:
+        return TRUSTED
+    path = os.path.realpath(code.co_filename)
+    if path.startswith(_SITE):
+        return Unlisted(f"calls {module}.{code.co_name}, from an installed package not known to "
+                        f"be free of effects")
+    if path.startswith(_STDLIB) or code.co_filename.startswith("<frozen"):
+        return Unlisted(f"calls {module}.{code.co_name}, a standard-library function not known "
+                        f"to be free of effects")
+    return USER
+
+
+def c_key(fn) -> object:
+    """What a C function's verdict is cached by: the function itself when it belongs to a
+    module, else (receiver type, method name) (a bound method is made anew at each call)."""
+    owner = getattr(fn, "__self__", None)
+    if owner is None or type(owner) is ModuleType:
+        return fn
+    return type(owner), getattr(fn, "__name__", "?")
+
+
+def c_verdict(fn) -> str:
+    """TRUSTED, TRACKED (a container or array changed in place: ``callee_watch`` decides at the
+    end of the call) or the reason the call refuses the region, for a C function the user's
+    code called."""
+    name = getattr(fn, "__name__", "?")
+    owner = getattr(fn, "__self__", None)
+    if owner is None or type(owner) is ModuleType:
+        return _module_function(getattr(owner, "__name__", None) or fn.__module__ or "?", name)
+    kind = type(owner)
+    if isinstance(owner, IMMUTABLE):
+        return TRUSTED
+    if isinstance(owner, CONTAINERS + (np.ndarray,)):
+        return TRACKED if name in MUTATING_METHODS else TRUSTED
+    module = kind.__module__ or "?"
+    what = _refused_module(module)
+    if what is None and module.split(".")[0] in TRUSTED_PACKAGES:
+        return TRUSTED
+    why = f", which {what}" if what else " (not known to be free of effects)"
+    return f"calls {kind.__qualname__}.{name} of {module}{why}"
+
+
+def _module_function(module: str, name: str) -> str:
+    if module == "builtins":
+        if name in PURE_BUILTINS:
+            return TRUSTED
+        why = " (I/O or code execution)" if name in REFUSED_BUILTINS else ""
+        return f"calls {name}(){why}"
+    if module == "sys" and name in PURE_SYS:
+        return TRUSTED
+    if module.startswith("numpy") and _refused_module(module) is None:
+        return f"calls numpy.{name}, which writes into an array" if name in WRITING_NUMPY \
+            else TRUSTED
+    if module in PURE_C_MODULES:
+        return TRUSTED
+    what = _refused_module(module)
+    why = f", which {what}" if what else " (not known to be free of effects)"
+    return f"calls {module}.{name}{why}"

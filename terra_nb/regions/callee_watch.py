@@ -1,0 +1,236 @@
+"""``CalleeWatch``: every function a traced run of a call reaches, judged by ``callee_rules``.
+
+A profile function (``sys.setprofile``, the loop's thread only, during the call's traced runs:
+never on a hit) sees each Python function called and each C function the user's code calls.
+A callee the rules do not allow refuses the region; the reason names it and the line that
+called it. Three things are decided when the call has returned:
+- a container or array the user's code changed in place (``list.append``) refuses the region
+  if it outlives the call (something besides the watch holds it) and is not as it was, unless
+  the call returned it;
+- a generator of the user's code resumed in the call refuses it if it was started before the
+  call, or outlives it (its state moved on, and a hit would not move it);
+- ``record_operation`` (a custom gradient: ``tf.custom_gradient``, ``tf.recompute_grad``)
+  refuses it while a tape records: the region's backward applies TensorFlow's registered
+  gradients, never the call's own function. Recorded while no tape does (Keras's all-reduce in
+  ``apply_gradients``), it is ``own_gradient``: the region forms and declines under a tape.
+"""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import os
+import sys
+from types import CodeType, FrameType
+
+import numpy as np
+from tensorflow.python.eager import record
+
+from ..capture.location import is_user_code
+from ..capture.placeholder import Placeholder
+from .callee_rules import TRACKED, TRUSTED, USER, Unlisted, c_key, c_verdict, python_verdict
+
+MAX_REASONS = 3
+_GENERATORS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_RECORD = "record"  # verdict of TensorFlow's record_operation functions
+_python: dict[CodeType, str] = {}  # code -> verdict (code objects are long-lived; bounded)
+_c: dict[object, str] = {}  # c_key -> verdict
+_starts: dict[CodeType, int] = {}  # generator code -> offset of its first RESUME
+
+
+def _python_verdict(frame: FrameType) -> str:
+    code = frame.f_code
+    verdict = _python.get(code)
+    if verdict is None:
+        if len(_python) > 65536:
+            _python.clear()
+        if code in _recorders():
+            verdict = _RECORD
+        else:
+            module = frame.f_globals.get("__name__") or "?"
+            verdict = python_verdict(code, module, is_user_code(code))
+        _python[code] = verdict
+    return verdict
+
+
+def _recorders() -> frozenset[CodeType]:
+    """The code of TensorFlow's own ``record_operation*`` (under terra-nb's wrappers)."""
+    if not _RECORDERS:
+        names = ("record_operation", "record_operation_backprop_only",
+                 "record_operation_forwardprop_only")
+        _RECORDERS.update(inspect.unwrap(getattr(record, n)).__code__ for n in names)
+    return frozenset(_RECORDERS)
+
+
+_RECORDERS: set[CodeType] = set()
+_TIES = {Placeholder.real.__code__}  # terra-nb's own records: a read value tied to the tape
+# a tf.function call records its op so: formation refuses calls that hold one, saying so
+_FUNCTION_CALLS = "tensorflow.python.eager.polymorphic_function"
+
+
+def _where(frame: FrameType | None) -> str:
+    if frame is None:
+        return "?"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def _first_resume(code: CodeType) -> int:
+    start = _starts.get(code)
+    if start is None:
+        start = _starts[code] = next(
+            (i.offset for i in dis.get_instructions(code) if i.opname == "RESUME"), 0)
+    return start
+
+
+class CalleeWatch:
+    """Around one traced run of a call (``with``), then ``finish(result)``: the reasons the
+    call may not become a region, each naming the callee and the line that called it."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+        self._tracked: dict[int, tuple] = {}  # id -> (container, copy before, where)
+        self._started: dict[int, FrameType] = {}  # generator frames started in the call
+        self._vouched: set[int] = set()  # frames of unlisted functions trusted code called
+        self.own_gradient: str | None = None  # a custom gradient recorded while no tape did
+        self._on = False
+
+    def __enter__(self) -> CalleeWatch:
+        if sys.getprofile() is not None:
+            self._refuse("a profiler is active, so the call's callees cannot be watched", None)
+        else:
+            sys.setprofile(self._event)
+            self._on = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._on:
+            sys.setprofile(None)
+            self._on = False
+
+    def _refuse(self, reason: str, frame: FrameType | None) -> None:
+        if len(self.reasons) < MAX_REASONS:
+            text = f"{reason} (at {_where(frame)})" if frame is not None else reason
+            if text not in self.reasons:
+                self.reasons.append(text)
+
+    def _event(self, frame: FrameType, event: str, arg) -> None:
+        if event == "call":
+            verdict = _python.get(frame.f_code) or _python_verdict(frame)
+            if verdict is TRUSTED:
+                return
+            if verdict is USER:
+                if frame.f_code.co_flags & _GENERATORS:
+                    self._resumed(frame)
+            elif verdict is _RECORD:
+                self._recorded(frame)
+            else:
+                self._judged(frame, verdict)
+        elif event == "c_call":
+            if (_python.get(frame.f_code) or _python_verdict(frame)) is not USER:
+                return  # a trusted caller's C calls are trusted with it
+            key = c_key(arg)
+            verdict = _c.get(key)
+            if verdict is None:
+                verdict = _c[key] = c_verdict(arg)
+            if verdict is TRACKED:
+                self._track(arg.__self__, frame)
+            elif verdict is not TRUSTED:
+                self._refuse(verdict, frame)
+        elif event == "return" and self._vouched:
+            self._vouched.discard(id(frame))
+
+    def _judged(self, frame: FrameType, verdict: str) -> None:
+        """A call the table does not allow: refused, unless trusted code called an unlisted
+        function (trusted with its caller), or a refused function called it (one reason)."""
+        caller = frame.f_back
+        if caller is None:
+            self._refuse(verdict, None)
+            return
+        by = _python.get(caller.f_code, TRUSTED)
+        if by is TRUSTED or id(caller) in self._vouched:
+            if isinstance(verdict, Unlisted):
+                self._vouched.add(id(frame))
+                return
+        elif by is not USER:
+            return  # inside a refused function: its own calls add no reason
+        self._refuse(verdict, caller)
+
+    def _resumed(self, frame: FrameType) -> None:
+        if frame.f_lasti <= _first_resume(frame.f_code):
+            self._started[id(frame)] = frame
+        elif id(frame) not in self._started:
+            self._refuse(f"advances the generator {frame.f_code.co_qualname}, made before the "
+                         f"call", frame.f_back)
+
+    def _recorded(self, frame: FrameType) -> None:
+        caller = frame.f_back
+        while caller is not None and caller.f_globals.get("__name__", "").startswith(
+                "terra_nb.regions"):
+            caller = caller.f_back  # terra-nb's wrapper on record_operation
+        module = caller.f_globals.get("__name__", "?") if caller is not None else "?"
+        if caller is not None and caller.f_code in _TIES or module.startswith(_FUNCTION_CALLS):
+            return
+        why = (f"records its own gradient function ({module}: a custom gradient), which the "
+               f"region's backward would not call")
+        if record.could_possibly_record():
+            self._refuse(why, None)
+        else:  # no tape records it now: the region may form, and declines under a tape
+            self.own_gradient = why
+
+    def _track(self, container, frame: FrameType) -> None:
+        if id(container) not in self._tracked:
+            self._tracked[id(container)] = (container, _copy(container), _where(frame))
+
+    def finish(self, result) -> list[str]:
+        """The reasons, once the call returned ``result``; the watch lets go of everything."""
+        returned = _containers_in(result)
+        tracked, self._tracked = self._tracked, {}
+        for ident in list(tracked):
+            container, before, where = tracked.pop(ident)
+            # held by: the local name, getrefcount's argument; more means it outlives the call
+            if sys.getrefcount(container) > 2 and ident not in returned \
+                    and _changed(container, before):
+                self._refuse(f"changes a {type(container).__name__} that outlives the call "
+                             f"(at {where})", None)
+            del container
+        started, self._started = self._started, {}
+        for ident in list(started):
+            frame = started.pop(ident)
+            if sys.getrefcount(frame) > 2:  # its generator is alive, and moved on
+                self._refuse(f"advances the generator {frame.f_code.co_qualname}, which "
+                             f"outlives the call", None)
+            del frame
+        return self.reasons
+
+
+def _copy(container):
+    if isinstance(container, np.ndarray):
+        return container.copy()
+    if isinstance(container, dict):
+        return dict(container)
+    if isinstance(container, set):
+        return set(container)
+    return list(container)
+
+
+def _changed(container, before) -> bool:
+    if isinstance(container, np.ndarray):
+        return container.shape != before.shape or container.dtype != before.dtype \
+            or not np.array_equal(container, before, equal_nan=container.dtype.kind in "fc")
+    if isinstance(container, dict):
+        return container.keys() != before.keys() \
+            or any(container[k] is not v for k, v in before.items())
+    if isinstance(container, set):
+        return container != before
+    now = list(container)
+    return len(now) != len(before) or any(a is not b for a, b in zip(now, before))
+
+
+def _containers_in(value, depth: int = 0, out: set | None = None) -> set[int]:
+    """Ids of the lists, dicts and tuples in a call's result: made by the call, returned."""
+    out = set() if out is None else out
+    if depth < 8 and isinstance(value, list | tuple | dict | set):
+        out.add(id(value))
+        for v in value.values() if isinstance(value, dict) else value:
+            _containers_in(v, depth + 1, out)
+    return out
