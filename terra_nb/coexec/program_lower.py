@@ -4,6 +4,12 @@ Each op node is lowered by ``lower`` (lower.py), as in a segment; around the ops
 ``tf.switch_case`` per case item, a ``tf.while_loop`` (or an unrolled body) per loop item, the
 reads from the path and feed queues and the writes to the fetch queues, and the variables'
 local values, assigned at the commit.
+
+A fetched value is enqueued only once every op issued before it has run (an *order token*
+threaded through the program, its cases and its loops' trips): the program is a dataflow graph,
+and without it a value could reach Python ahead of an earlier op that then fails, a value eager
+never computed (eager raises at the failing op). Segments have the same order: a segment's
+values come back once all of its ops ran.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ class ProgramBuilder:
         self.fetch_q = dict(zip(self.fetch_dtypes, queues[len(self.feed_dtypes) :]))
         env: dict = {}
         state: dict = {}
+        self.follow(tf.constant(0))
         self.block(self.plan, env, state)
         # Every op of the iteration runs before the commit: if one fails, nothing is written.
         everything = tf.compat.v1.get_default_graph().get_operations()
@@ -71,7 +78,26 @@ class ProgramBuilder:
         return gen_data_flow_ops.queue_dequeue_v2(self.feed_q[dtype], [tf.as_dtype(dtype)])[0]
 
     def fetch(self, value) -> None:
-        gen_data_flow_ops.queue_enqueue_v2(self.fetch_q[value.dtype.name], [value])
+        with tf.control_dependencies([self.ran_so_far()]):
+            gen_data_flow_ops.queue_enqueue_v2(self.fetch_q[value.dtype.name], [value])
+
+    # -- issue order: a fetch waits for the ops issued before it ----------------------------
+
+    def follow(self, token) -> None:
+        """The ops lowered from now on in the current graph (a case's branch, a loop's body or
+        the program) come after ``token``: it has a value once every op before them has run."""
+        self.token = token
+        self.mark = len(tf.compat.v1.get_default_graph().get_operations())
+
+    def ran_so_far(self):
+        """A token that has a value once every op lowered so far has run: those of the current
+        graph since ``follow``, and through the token followed, those before them."""
+        ops = tf.compat.v1.get_default_graph().get_operations()[self.mark :]
+        # a captured outer value's placeholder is no op that runs here (the token covers it)
+        with tf.control_dependencies([op for op in ops if op.type != "Placeholder"]):
+            token = tf.identity(self.token)
+        self.follow(token)
+        return token
 
     # -- structure --------------------------------------------------------------------------
 
@@ -92,22 +118,25 @@ class ProgramBuilder:
         written = sorted(set().union(*(self.writes(b) for b in live)))
 
         listed = self.listed(live)
+        index = self.decision()
+        before = self.ran_so_far()
 
         def branch_fn(branch: Block, cut: str | None):
             def run():
                 inner, inner_state = dict(env), dict(state)
+                self.follow(before)
                 if not cut:  # Python never selects a cut branch: it diverges first
                     self.block(branch, inner, inner_state)
                 values = [self.pack(k, inner, listed) for k in keys]
                 values += [self.current(v, inner_state) for v in written]
-                return values or [tf.constant(0)]
+                return values + [self.ran_so_far()]  # the branch's ops ran: the order goes on
             return run
 
-        index = self.decision()
         out = tf.switch_case(index, [branch_fn(b, c) for b, c in zip(item.branches, item.cut)])
         out = [out] if not isinstance(out, (list, tuple)) else list(out)
         env.update((k, PerTrip(v) if k in listed else v) for k, v in zip(keys, out))
-        state.update(zip(written, out[len(keys) :]))
+        state.update(zip(written, out[len(keys) : -1]))
+        self.follow(out[-1])
 
     def listed(self, blocks: list[Block]) -> set:
         """The keys that are per-trip lists once ``blocks`` have run (their loops' exports)."""
@@ -132,6 +161,7 @@ class ProgramBuilder:
         init = [self.pack(k, env, listed) for k in keys]
         init += [self.current(v, state) for v in written]
         init += [self.empty_list(k) for k in exports]
+        init += [self.ran_so_far()]  # the order token: carried from trip to trip
 
         def cond(trips, *values):
             return tf.cast(self.decision(), tf.bool)
@@ -140,19 +170,21 @@ class ProgramBuilder:
             inner, inner_state = dict(env), dict(state)
             inner.update((k, PerTrip(v) if k in listed else v) for k, v in zip(keys, values))
             inner_state.update(zip(written, values[len(keys) :]))
-            lists = values[len(keys) + len(written) :]
+            lists = values[len(keys) + len(written) : -1]
+            self.follow(values[-1])  # the trips before this one ran
             self.block(item.body, inner, inner_state)
             pushed = [self.push(trip_list, k, inner) for trip_list, k in zip(lists, exports)]
             return ([trips + 1] + [self.pack(k, inner, listed) for k in keys]
-                    + [inner_state[v] for v in written] + pushed)
+                    + [inner_state[v] for v in written] + pushed + [self.ran_so_far()])
 
         invariants = [tf.TensorShape([])] + [tf.TensorShape(None)] * (len(keys) + len(written))
-        invariants += [tf.TensorShape([])] * len(exports)
+        invariants += [tf.TensorShape([])] * (len(exports) + 1)
         out = tf.while_loop(cond, body, [tf.constant(0)] + init, shape_invariants=invariants)
         env.update((k, PerTrip(v) if k in listed else v) for k, v in zip(keys, out[1:]))
         state.update(zip(written, out[1 + len(keys) : 1 + len(keys) + len(written)]))
-        lists = out[1 + len(keys) + len(written) :]
+        lists = out[1 + len(keys) + len(written) : -1]
         env.update((k, PerTrip(trip_list)) for k, trip_list in zip(exports, lists))
+        self.follow(out[-1])
 
     def unrolled(self, item: LoopItem, env: dict, state: dict) -> None:
         exports = self.exports(item)

@@ -18,11 +18,15 @@ Python functions are judged by the module that defines them:
 C functions called from the user's code are judged by what they are:
 - builtins in ``PURE_BUILTINS``; ``REFUSED_BUILTINS`` (I/O, code execution) refuse;
 - methods of immutable builtin values; reading methods of containers and arrays;
-- ``WRITING_NUMPY`` functions (they write into an array argument no watch sees) refuse;
 - ``MUTATING_METHODS`` of containers and arrays are *tracked*: allowed when the container does
   not outlive the call or is left as it was (``callee_watch``);
 - functions of ``PURE_C_MODULES``; methods of objects from trusted packages;
-- anything else (a numpy ``Generator``, ``random.Random``, ``time``, ``os``, sockets) refuses.
+- anything else (``random.Random``, ``time``, ``os``, sockets) refuses.
+
+Unseen by any profile function: calls of classes, numpy's functions and ufuncs (dispatchers,
+not C functions: ``np.copyto``, ``out=``) and Cython methods (a numpy ``Generator``'s draws).
+The state walk (``python_state``) compares what they could change that the call can reach: a
+numpy generator's state, small arrays.
 """
 
 from __future__ import annotations
@@ -71,7 +75,6 @@ PURE_C_MODULES = frozenset({
     "numpy._core._multiarray_umath", "_thread"})
 PURE_SYS = frozenset({"_getframe", "exc_info", "getrecursionlimit", "getsizeof", "intern",
                       "getrefcount", "getdefaultencoding"})
-WRITING_NUMPY = frozenset({"copyto", "put", "place", "putmask", "put_along_axis", "fill_diagonal"})
 
 IMMUTABLE = (str, bytes, int, float, complex, bool, tuple, frozenset, range, slice, type(None),
              type, memoryview, type(ModuleType.__dict__))
@@ -164,8 +167,7 @@ def _module_function(module: str, name: str) -> str:
     if module == "sys" and name in PURE_SYS:
         return TRUSTED
     if module.startswith("numpy") and _refused_module(module) is None:
-        return f"calls numpy.{name}, which writes into an array" if name in WRITING_NUMPY \
-            else TRUSTED
+        return TRUSTED
     if module in PURE_C_MODULES:
         return TRUSTED
     what = _refused_module(module)

@@ -15,9 +15,7 @@ import contextlib
 import time
 import weakref
 
-import numpy as np
 from tensorflow.python.framework import op_def_registry
-from tensorflow.python.framework.indexed_slices import IndexedSlices
 
 from .. import capture
 from ..capture import hooks
@@ -26,12 +24,14 @@ from ..trace.tracegraph import RegionCall
 from .callee_watch import CalleeWatch
 from .effects import EffectProbe, hidden_inputs, objects_of, side_outputs
 from .families import Families, family_key
-from .function_calls import SCALARS, TENSORS, FunctionCalls
+from .function_calls import FunctionCalls
+from .guard_key import Unguardable, guard_key, numpy_as_tensors, variables_in
 from .python_state import TooLarge, argument_objects
 from .recording import Recording, RecordingTee
 from .region import DECLINED, Region
 from .summary import RegionRow, RegionSummary
 from .tapes import Tapes
+from .variants import MAX_VARIANTS, Variants
 
 _MISS = object()  # Regions._hit: no region answered the call
 REFUSE_AFTER = 3  # traced calls in a row with an effect
@@ -40,53 +40,13 @@ AWAIT_ITERATIONS = 4  # iterations run for real that a call awaited there is wai
 MAX_SPECS = 16  # guard keys per object and method: beyond, a Python value changes every call
 
 
-class Unguardable(Exception):
-    """An argument the guard cannot key (its value would be baked into the region)."""
-
-
-def _specs(value, out: list, tensors: list) -> None:
-    """Guard key of one argument, appended to ``out``; lists, tuples and dicts recursively (a
-    tensor held in a container keyed by identity would be baked in by value)."""
-    t = type(value)
-    if t in TENSORS:
-        out.append((value.dtype, value._shape_tuple()))
-        tensors.append(value)
-    elif t is list or t is tuple:
-        out.append(len(value))
-        for v in value:
-            _specs(v, out, tensors)
-    elif t is dict:
-        out.append(tuple(value))
-        for v in value.values():
-            _specs(v, out, tensors)
-    elif t in SCALARS:
-        out.append((t, value))
-    elif t is IndexedSlices:  # a sparse gradient (an embedding's): its three tensors
-        out.append(t)
-        for part in (value.values, value.indices, value.dense_shape):
-            _specs(part, out, tensors)
-    elif isinstance(value, np.ndarray | np.generic):
-        raise Unguardable("a numpy argument (its values would be baked in)")
-    else:
-        out.append(id(value))
-
-
-def guard_key(obj, method: str, args: tuple, kwargs: dict) -> tuple[tuple, list]:
-    out, tensors = [id(obj), method], []
-    for a in args:
-        _specs(a, out, tensors)
-    for k, v in kwargs.items():
-        out.append(k)
-        _specs(v, out, tensors)
-    return tuple(out), tensors
-
-
 class Regions:
     """The regions of one Terra: formed ones by guard key, traced calls pending, one row each."""
 
     def __init__(self) -> None:
         self.table: dict[tuple, Region] = {}
-        self.pending: dict[tuple, Recording] = {}
+        # recordings of traced runs by guard key, one per way its branches went (the latest)
+        self.pending: dict[tuple, list[Recording]] = {}
         self.rows: dict[tuple, RegionRow] = {}
         self.formed_for: dict[tuple, int] = {}  # (object id, method) -> regions formed
         self.specs_for: dict[tuple, int] = {}  # (object id, method) -> rows (guard keys)
@@ -96,6 +56,7 @@ class Regions:
         self.awaiting: dict[tuple, int] = {}
         self.dropped: dict[str, RegionCall] = {}  # the functions of regions no longer formed
         self.families = Families()
+        self.variants = Variants()  # regions set aside when a branch went the other way
         self.tapes = Tapes(self)  # GradientTape.gradient answered by one function
         self.functions = FunctionCalls(self)  # user tf.function calls, dispatched once
         self.marks: list[tuple[str, float, float]] = []  # this iteration's hits: call, start, end
@@ -116,6 +77,7 @@ class Regions:
             for key, method in self._keys_of.pop(ident, ()):
                 if key in self.table:
                     self._drop(key)
+                self.variants.forget(key)
                 self.pending.pop(key, None)
                 self.specs_for.pop((ident, method), None)
                 self.formed_for.pop((ident, method), None)
@@ -161,7 +123,7 @@ class Regions:
         """Every compiled function of the regions formed so far, by op type (its name)."""
         calls = dict(self.dropped)
         calls.update(self.tapes.calls)
-        for key, region in self.table.items():
+        for key, region in [*self.table.items(), *self.variants.regions()]:
             row = self.rows[key]
             calls.update((c.op_type, c) for c in region.calls(row.source, row.call))
         return calls
@@ -172,6 +134,7 @@ class Regions:
         counts afresh."""
         self.pending.clear()
         self.tapes.pending.clear()
+        self.variants.clear()
         for key, region in list(self.table.items()):
             if region.objects() is None or not region.python.carried_over():
                 self.rows[key].miss("the object was dropped or changed between runs")
@@ -215,7 +178,7 @@ class Regions:
             self._forget_gone()
         args = tuple(list(a) if type(a) is zip else a for a in args)  # apply_gradients(zip(..))
         # numpy data is an argument of the region, as the tensor Keras would convert it to
-        args, kwargs = _numpy_as_tensors(args), {k: _numpy_as_tensors(v) for k, v in kwargs.items()}
+        args, kwargs = numpy_as_tensors(args), {k: numpy_as_tensors(v) for k, v in kwargs.items()}
         tracing = None
         try:
             key, tensors = guard_key(obj, method, args, kwargs)
@@ -237,7 +200,7 @@ class Regions:
 
     def _hit(self, key: tuple, obj, tensors: list):
         """The region's answer to the call, or ``_MISS`` (its Python must run)."""
-        region = self.table.get(key)
+        region = self.table.get(key) or self._set_aside(key, tensors)
         if region is None:
             if key not in self.rows and self.formed_for.get((id(obj), key[1])):
                 self._row(key, obj, key[1]).misses += 1  # new specs for an object with regions
@@ -249,11 +212,15 @@ class Regions:
             row.miss("a variable was created")
         elif not region.python.holds():
             row.miss("Python state changed: " + ", ".join(region.python.changed()[:4]))
-        elif not region.branches_hold(tensors):
+        elif not region.branches_hold(tensors) and not (
+                region := self._other_way(key, region, tensors)):
             row.miss("a branch decided in Python went the other way")
+            return _MISS  # set aside, not dropped: a later call may go its way
         else:
             result = region.run(tensors)
             if result is not DECLINED:
+                if row.state != "formed":  # a way set aside answers again
+                    row.form(region.n_ops)
                 row.hits += 1
                 self.came(key)
                 return result
@@ -264,6 +231,33 @@ class Regions:
                 "or a persistent tape): the backward function is not differentiable"))
         self._drop(key)
         return _MISS
+
+    def keep_pending(self, key: tuple, recordings: list[Recording]) -> None:
+        """Keep the traced runs of ``key`` still waiting for a second equal one: the latest of
+        each way its branches went (``MAX_VARIANTS``)."""
+        if recordings:
+            if len(self.pending) >= MAX_PENDING:
+                self.pending.clear()
+            self.pending[key] = recordings[-MAX_VARIANTS:]
+
+    def _set_aside(self, key: tuple, tensors: list) -> Region | None:
+        """A region set aside for ``key`` whose branches go this call's way, back in the table."""
+        region = self.variants.take(key, tensors, self.epoch)
+        if region is not None:
+            self.table[key] = region
+        return region
+
+    def _other_way(self, key: tuple, region: Region, tensors: list) -> Region | None:
+        """The call's branches go another way than ``region``'s: it is set aside, and the region
+        set aside for this way, if any, answers instead."""
+        other = self.variants.take(key, tensors, self.epoch)
+        self.variants.set_aside(key, region)
+        if other is None:
+            del self.table[key]
+            self.came(key)
+        else:
+            self.table[key] = other
+        return other
 
     @staticmethod
     def _refuse_for_good(row: RegionRow, reason: str) -> None:
@@ -293,7 +287,7 @@ class Regions:
              arguments: list) -> None:
         """Make the region of ``key`` from its recording (or refuse it, saying why)."""
         variables = {}
-        for v in list(getattr(obj, "variables", [])) + _variables_in(args):
+        for v in list(getattr(obj, "variables", [])) + variables_in(args):
             handle = getattr(v, "handle", None)
             if handle is not None:
                 variables[handle._id] = v
@@ -306,13 +300,15 @@ class Regions:
             self._refuse_for_good(row, f"cannot compile the call: it calls function {calls[0]} "
                                        f"(function calls inside a region are not supported)")
             return
+        region = self.variants.reuse(key, rec.key())  # a way of its branches formed before
         try:
-            region = Region(rec, variables, obj, row.name)
+            region = region or Region(rec, variables, obj, row.name)
         except Exception as error:  # noqa: BLE001 - e.g. an op terra-nb cannot lower
             self._refuse_for_good(row, f"cannot compile the call: {error}")
             return
-        if not region.guarded_branches:
-            row.refuse("value read: a branch decided after the call changed a variable")
+        if not region.guarded_branches:  # the call's structure: every run reads so
+            self._refuse_for_good(row, "value read: a branch decided after the call changed a "
+                                       "variable (its value cannot be computed before the call)")
             return
         try:
             region.watch(objs, arguments)
@@ -361,37 +357,14 @@ class _TracedCall:
         effects += [f"value read ({rec.reads} tensors)"] * bool(rec.reads)
         if rec.created_vars or regions.epoch != self.epoch:
             effects.append("variable created")
-        prev = regions.pending.pop(key, None)
+        earlier = regions.pending.pop(key, [])
+        same = [r for r in earlier if r.key() == rec.key()]
         if effects:
             row.refuse("; ".join(effects))
-        elif (prev is not None and prev.key() == rec.key()) or regions.families.shared(
-                family_key(self.obj, key[1], rec)):
+        elif same or regions.families.shared(family_key(self.obj, key[1], rec)):
             # a call of a family with a shared F needs no second run: its ops are the family's
             regions.form(key, row, self.obj, rec, self.objs, self.args, self.arguments)
+            regions.keep_pending(key, [r for r in earlier if r not in same])  # other ways
         else:
-            if len(regions.pending) >= MAX_PENDING:
-                regions.pending.clear()
-            regions.pending[key] = rec
+            regions.keep_pending(key, earlier + [rec])
             row.note("traced")
-
-
-def _numpy_as_tensors(value):
-    """``value`` with every numpy array or scalar (also in lists and tuples) as an eager tensor
-    of its dtype (no op runs: nothing is recorded or co-executed)."""
-    if isinstance(value, np.ndarray | np.generic):
-        return capture.eager_constant(value)
-    if type(value) is list or type(value) is tuple:
-        return type(value)(_numpy_as_tensors(v) for v in value)
-    if type(value) is dict:
-        return {k: _numpy_as_tensors(v) for k, v in value.items()}
-    return value
-
-
-def _variables_in(args) -> list:
-    out = []
-    for a in args:
-        if isinstance(a, (list, tuple)):
-            out += _variables_in(a)
-        elif hasattr(a, "handle") and hasattr(a, "trainable"):
-            out.append(a)
-    return out
