@@ -8,7 +8,6 @@ public surface; the engines keep the TraceGraph builder, the signature index and
 from __future__ import annotations
 
 import contextlib
-import sys
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -25,8 +24,6 @@ from .coexec.program_runner import WholeProgram
 from .coexec.python_runner import PythonRunner, SignatureIndex
 from .timeline import RunnerSpan
 from .trace.merge import GraphBuilder
-
-SWITCH_INTERVAL = 2e-4  # seconds; see CoexecEngine
 
 
 @dataclass(slots=True)
@@ -175,7 +172,7 @@ class CoexecEngine:
         self._hold = contextlib.ExitStack()
         self.runner = PythonRunner(learned.locations, learned.index, lazy=lazy, xla=xla,
                                    compile_after=compile_after, handles=learned.handles)
-        try:  # the GraphRunner's thread starts in it: a Ctrl-C (or error) must stop it
+        try:  # the GraphRunner's helper thread starts in it: a Ctrl-C (or error) must stop it
             self._take_over()
         except BaseException:
             self._hold.close()
@@ -183,9 +180,8 @@ class CoexecEngine:
             raise
 
     def _take_over(self) -> None:
-        """Start the GraphRunner and install what the loop needs (hooks, SIGINT handler, barrier,
-        switch interval), each undone by ``close``. A Ctrl-C meanwhile is raised once all of it
-        is in place."""
+        """Start the GraphRunner and install what the loop needs (hooks, SIGINT handler, barrier),
+        each undone by ``close``. A Ctrl-C meanwhile is raised once all of it is in place."""
         interrupts = self.runner.interrupts
         self._hold.callback(interrupts.uninstall)  # uninstalls only what was installed
         interrupts.install()
@@ -196,10 +192,6 @@ class CoexecEngine:
             self._hold.callback(capture.release_placeholders)
             capture.set_barrier(self.runner.sync)
             self._hold.callback(capture.set_barrier, None)
-            # The GraphRunner needs the GIL back after each segment; with CPython's default 5 ms
-            # switch interval it would wait behind the busy Python thread for up to that long.
-            self._hold.callback(sys.setswitchinterval, sys.getswitchinterval())
-            sys.setswitchinterval(SWITCH_INTERVAL)
         finally:
             interrupts.leave()  # raises a Ctrl-C that came meanwhile
 

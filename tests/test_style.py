@@ -67,7 +67,7 @@ def test_stage_imports_point_one_way():
     assert not wrong, wrong
 
 
-PLACEHOLDER_STATE = {"value", "item", "queued", "replayed", "failed", "owner"}
+PLACEHOLDER_STATE = {"value", "pending", "item", "queued", "replayed", "failed", "owner"}
 
 
 def test_only_the_placeholder_writes_its_state():

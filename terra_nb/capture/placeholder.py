@@ -43,6 +43,7 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
         self._device = device  # where its op runs: the user's tf.device scope ("": default)
         self.owner = owner
         self.value = None  # the real EagerTensor, once known
+        self.pending = None  # the executor's handle of it, once issued, until it is confirmed
         self.item = None  # the GraphRunner work item that computes it, once flushed
         self._taped = False
         self._fetched = False
@@ -54,9 +55,14 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
 
     # -- its owner's writes ------------------------------------------------------------------
 
+    def issue(self, handle) -> None:
+        """The executor's pending handle of it: what later runs take as their input, before
+        the run that makes it is confirmed."""
+        self.pending = handle
+
     def resolve(self, value) -> None:
         """Its value, as the graph computed it (from any thread)."""
-        self.value = value
+        self.value, self.pending = value, None
 
     def bind(self, item) -> None:
         """The work item that computes it (None: settled, the item is no longer needed)."""

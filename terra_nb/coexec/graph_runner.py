@@ -1,187 +1,122 @@
-"""The GraphRunner: the one thread that runs the graph side of co-execution, in order.
+"""The GraphRunner: the graph side of co-execution, on TensorFlow's asynchronous eager executor.
 
-It runs, in the order Python issued them, a ``WorkItem`` per segment flush (the segment plan:
-a ``Segment``, its arguments, the placeholders its values go to) and a ``ProgramRun`` per
-iteration of the whole program (program_runner.py feeds it through its channels). The queue is
-bounded: Python runs ahead of the graph by a bounded amount of work (back-pressure). A segment is
-compiled and cached at the earliest at its ``compile_after``-th run, once its interpreted runs have
-cost what its compile would (``compile_policy.py``); until then its ops run eagerly, one by one. A
-failure is kept and raised in Python at its next synchronisation point (a fetch, a flush that
-waits, the end of the loop); then the values made before the failing op are readable
-(salvage.py).
+Each Terra has one executor (``new_executor(enable_async=True)``). As Python flushes, the loop's
+thread issues into it each ``WorkItem`` (a segment: its compiled function as one call, or its
+ops one by one until it is worth compiling, ``compile_policy.py``; region calls among them) and
+returns at once: the executor's C++ thread runs them in that order while Python goes on, and
+needs no GIL (a Python thread does, to start and to return from each call, and gets it only at
+the loop thread's switch interval). The placeholders take the pending handles at once.
+
+Python's own ops, constants, numpy conversions and iterator ops stay on the synchronous
+executor: a value made inside the executor's scope would be pending behind all queued work. A
+read there is not ordered after a write pending here, so where Python must see the graph's
+effects (a value read, an op run for real, between iterations) it waits for the runs issued.
+Nothing on the loop's thread reads a pending handle's shape: a compiled segment's output shapes
+are checked against the placeholders when it compiles, an op-by-op run's when it is confirmed.
+
+Each run ends with a ``Timestamp`` op that ``Completions`` (completion.py) reads, in order, on a
+helper thread that only waits: the run is confirmed (its values, its span on the timeline, its
+rent for the compile policy) or failed. A failed op makes the executor drop everything queued
+after it (no later update takes effect); the failure is raised in Python at its next
+synchronisation point (a read, a wait, the end of the loop), naming the op's source line; then
+the executor is cleared and the values made before the failing op are readable (salvage.py).
 """
 
 from __future__ import annotations
 
-import queue
 import re
-import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.core.protobuf import config_pb2
-from tensorflow.python.eager import context, record
+from tensorflow.python.eager import context, executor, record
 
 from .. import capture
 from ..errors import TerraError
-from ..timeline import RunnerSpan
-from .compile_policy import CompilePolicy, Young
-from .function_call import FunctionCall, eager_equal_config
-from .lower import (
-    Segment,
-    compile_segment,
-    interpretable,
-    make_segment,
-    real_argument,
-    run_segment,
-)
+from .compile_policy import CompilePolicy
+from .completion import Completions, read, stamp, wait_for
+from .function_call import FunctionCall
+from .lower import Segment, compile_segment, interpretable, make_segment, real_argument, run_segment
 from .salvage import values_before_failure
+from .work_items import ProgramRun, ProgramRuns, ProgramThread, WorkItem
 
-
-class WorkItem:
-    """One flush: run the segment ``key`` (built from ``entries`` on first use) on ``args``; put
-    its returned values into the placeholders ``returns``."""
-
-    __slots__ = (
-        "key", "entries", "args", "returns", "iteration", "phase", "done", "error", "generation",
-        "young",
-    )
-
-    def __init__(self, key: tuple, entries: list, args: list, returns: list, iteration: int,
-                 phase: str) -> None:
-        self.key = key
-        self.entries = entries
-        self.args = args
-        self.returns = returns
-        self.iteration = iteration
-        self.phase = phase
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-        self.generation = 0
-        self.young: Young | None = None  # run interpreted: the segment is not compiled yet
-
-    def release(self) -> None:
-        """Drop what running it needed: a placeholder Python keeps holds its value and this
-        item (for its error), not the segment's arguments and sibling outputs."""
-        self.entries = self.args = self.returns = ()
-        self.key = self.young = None
-
-
-class ProgramRun:
-    """One iteration's run of a whole program; ``runs`` learns how it ended."""
-
-    __slots__ = ("program", "channels", "iteration", "runs")
-
-    def __init__(self, program, channels, iteration: int, runs: ProgramRuns) -> None:
-        self.program = program
-        self.channels = channels
-        self.iteration = iteration
-        self.runs = runs
-
-    phase = "coexec"
-
-    def execute(self) -> None:
-        """Run it (blocks until it commits, or ends when Python closes its channels)."""
-        runs = self.runs
-        try:
-            if self.channels.closed:  # a failed or abandoned run's: what is left is not ours
-                return
-            with capture.bypass():
-                self.program.run(self.channels)
-        except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
-            runs.abandoned += 1  # dropped by Python (a divergence): nothing was committed
-        except BaseException as error:  # a failing op: Python raises it at its next wait
-            with runs.cond:
-                runs.error, runs.error_iteration = error, self.iteration
-            self.channels.close()
-        finally:
-            with runs.cond:
-                runs.done += 1
-                runs.cond.notify_all()
-
-
-class ProgramRuns:
-    """How the whole program's runs ended: counted in order, with the first failure."""
-
-    def __init__(self) -> None:
-        self.error: BaseException | None = None
-        self.error_iteration = -1  # the iteration whose run failed
-        self.done = 0  # runs finished (committed, abandoned or failed), in order
-        self.abandoned = 0  # runs dropped on a divergence
-        self.cond = threading.Condition()
-
-    def wait(self, count: int) -> None:
-        """Block until ``count`` runs have finished."""
-        with self.cond:
-            self.cond.wait_for(lambda: self.done >= count)
+__all__ = ["GraphRunner", "ProgramRun", "ProgramRuns", "WorkItem"]
 
 
 class GraphRunner:
-    """Executes work items and program runs in submission order on a background thread."""
+    """Issues work items into its executor in submission order (see the module docstring)."""
 
     max_compiled = 256  # compiled segments kept
 
     def __init__(self, handles: dict[int, Any], *, xla: bool = False, max_ahead: int = 8,
                  compile_after: int = 2, describe=lambda node: "") -> None:
-        """``describe(node)`` names a TraceGraph node's source line for error messages."""
+        """``describe(node)`` names a TraceGraph node's source line for error messages;
+        ``max_ahead``: runs issued and not confirmed before Python waits for the oldest."""
         self.handles = handles
         self.describe = describe
         self.xla = xla
         self.compile_after = compile_after
+        self.max_ahead = max_ahead
         self.interpreted = 0  # segments run eagerly, op by op, instead of compiled
         self.ops_submitted = 0
         self.ops_new = 0  # ops in segments submitted for the first time
         self._sightings: dict[tuple, int] = {}
         self.policy = CompilePolicy()
-        self.spans: list[RunnerSpan] = []
+        self.spans: list = []  # RunnerSpans, appended by the helper threads
         self.error: BaseException | None = None  # the last failure
         self.generation = 0  # bumped when Python is told of a failure
         self._failed_generation = -1
-        self._salvaged: list[tuple] = []  # (placeholder, value): readable once it is told
+        self._failed_item: WorkItem | None = None  # the failure Python is not told of yet
         # Compiled functions (or segments TensorFlow cannot compile), least recently used first:
         # a loop whose paths never repeat would otherwise keep every one of them.
         self._cache: OrderedDict[tuple, Any] = OrderedDict()
         self._segments: dict[tuple, Segment] = {}
-        self._queue: queue.Queue = queue.Queue(maxsize=max_ahead)
-        self._thread = threading.Thread(target=self._run, name="terra-graph-runner", daemon=True)
+        self._unchecked: set[tuple] = set()  # compiled keys whose output shapes are not static
+        self.executor = executor.new_executor(enable_async=True)
+        self.completions = Completions(self)
+        self._inflight: deque[WorkItem] = deque()  # issued, in order; confirmed ones dropped
+        self._programs = ProgramThread(self.spans)
+        self._closed = False
 
     def start(self) -> None:
-        """Start the thread (where a Ctrl-C is held back: one landing inside ``Thread.start``
-        would leave a thread nobody stops)."""
-        self._thread.start()
+        """Start the helper thread (where a Ctrl-C is held back: one landing inside
+        ``Thread.start`` would leave a thread nobody stops), and the executor's own: it starts
+        on its first op (3-30 ms), which would count as the first run's time."""
+        self.completions.start()
+        read(stamp(self.executor))
 
     def submit(self, item: WorkItem) -> None:
-        """Queue ``item`` (blocks while the queue is full), or run it here if it is not worth
-        compiling yet."""
-        if not self._thread.is_alive():
+        """Issue ``item`` into the executor (back-pressure: waits while ``max_ahead`` runs are
+        unconfirmed), compiled or op by op; returns once it is issued."""
+        if self._closed or not self.completions.alive:
             raise TerraError("the GraphRunner has stopped; this Terra loop cannot continue")
+        self._programs.join()  # a whole program's runs first (none waits for Python by now)
+        self._account()
         item.generation = self.generation
         sightings = self._sighted(item.key)
         self.ops_submitted += len(item.entries)
         if sightings == 1:
             self.ops_new += len(item.entries)
-        segment = self._to_interpret(item, sightings)
-        if segment is None or (item.young is not None and item.young.graph_bound):
-            self._queue.put(item)  # compiled, or interpreted there while Python goes on
+        if item.generation == self._failed_generation:  # issued after an op that failed
+            item.skipped = True
+            self._queue(item)
             return
-        self.python_waits()
-        waited, compiled = time.perf_counter(), self.policy.compile_seconds
-        self._queue.join()  # everything issued before it runs first
-        with capture.bypass(), record.stop_recording():  # not Python's ops: nothing to record
-            self._process(item, segment, waited, self.policy.compile_seconds - compiled)
+        segment = self._to_interpret(item, sightings)
+        self._hold_back()
+        self._issue(item, segment)
 
     def run_program(self, run: ProgramRun) -> None:
-        """Queue a whole program's run for an iteration (runs after the work queued before)."""
-        if not self._thread.is_alive():
+        """Queue a whole program's run for an iteration (runs after the work issued before)."""
+        if self._closed or not self.completions.alive:
             raise TerraError("the GraphRunner has stopped; this Terra loop cannot continue")
-        self._queue.put(run)
+        self._wait_items()
+        self._programs.submit(run)
 
     def _to_interpret(self, item: WorkItem, sightings: int) -> Segment | None:
         """The segment to run op by op: one not worth compiling yet (``item.young``, see
-        compile_policy.py), or one TensorFlow could not compile; None: queue it for the
-        compiled function."""
+        compile_policy.py), or one TensorFlow could not compile; None: run the compiled
+        function."""
         cached = self._cache.get(item.key)
         if isinstance(cached, Segment):
             return cached
@@ -205,54 +140,211 @@ class GraphRunner:
         count = self._sightings[key] = self._sightings.get(key, 0) + 1
         return count
 
+    # -- issuing ----------------------------------------------------------------------------
+
+    def _issue(self, item: WorkItem, segment: Segment | None) -> None:
+        """Issue ``item``'s ops (or its function) and its end stamp; its placeholders take the
+        pending values. An error raised meanwhile (the executor holds an earlier failure, or an
+        op cannot be issued) holds back the rest of the generation."""
+        values = None
+        with capture.bypass(), record.stop_recording():  # not Python's ops: nothing to record
+            try:
+                values = self._execute(item) if segment is None else self._run_op_by_op(
+                    item, segment)
+            except Exception as error:
+                item.issue_error = error
+                self._failed_generation = item.generation
+            item.end = stamp(self.executor)
+        if values is not None:
+            for placeholder, value in zip(item.returns, values):
+                placeholder.issue(value)
+        self._queue(item)
+
+    def _queue(self, item: WorkItem) -> None:
+        self._inflight.append(item)
+        self.completions.add(item)
+
+    def _hold_back(self) -> None:
+        """Python runs ahead of the graph by ``max_ahead`` runs at most."""
+        inflight = self._inflight
+        while inflight and inflight[0].done.is_set():
+            inflight.popleft()
+        if len(inflight) >= self.max_ahead:
+            wait_for(inflight[0].done)
+            inflight.popleft()
+
+    def _execute(self, item: WorkItem) -> list:
+        function, first = self._cache.get(item.key), None
+        if function is None:
+            first = time.perf_counter()
+            function = self._cache[item.key] = self._compile(item)
+            if len(self._cache) > self.max_compiled:
+                dropped, _ = self._cache.popitem(last=False)
+                self._segments.pop(dropped, None)
+                self._unchecked.discard(dropped)
+        else:
+            self._cache.move_to_end(item.key)
+        if isinstance(function, Segment):  # it cannot be compiled: its ops run one by one
+            return self._run_op_by_op(item, function)
+        specs = function.cf.structured_input_signature[0]
+        args = [real_argument(a, spec.dtype) for a, spec in zip(item.args, specs)]
+        item.issued = time.perf_counter()  # after its compile: the executor had no part in it
+        with context.executor_scope(self.executor):
+            values = function(*args)
+        if first is not None and self.xla:
+            values = self._refused_by_xla(item, args, values)
+        if first is not None:  # its trace, and the instantiation its first issue does
+            self.policy.learn(item.key, time.perf_counter() - first)
+        item.unchecked = item.key in self._unchecked
+        return values
+
+    def _refused_by_xla(self, item: WorkItem, args: list, values: list) -> list:
+        """The first run of an XLA function, waited for: XLA refuses a segment (an op it has no
+        kernel for) when it runs. Then nothing ran: run it compiled without XLA."""
+        try:
+            self.executor.wait()
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
+            if not _xla_refused(error):
+                return values  # an op failed: confirmed as such in order
+            self.executor.clear_error()
+            segment = make_segment(item.key, item.entries)
+            function = self._cache[item.key] = FunctionCall(
+                compile_segment(segment, self.handles, False))
+            with context.executor_scope(self.executor):
+                return function(*args)
+        return values
+
+    def _run_op_by_op(self, item: WorkItem, segment: Segment) -> list:
+        self.interpreted += 1
+        item.issued = time.perf_counter()
+        args = [real_argument(a, dtype) for a, (dtype, _) in zip(item.args, segment.args)]
+        young = item.young
+        calls = item.calls if young is not None and young.times_calls() else None
+        item.env, item.unchecked = [], True
+        with context.executor_scope(self.executor):
+            return run_segment(segment, args, self.handles, calls, item.env,
+                               lambda: stamp(self.executor))
+
+    def _compile(self, item: WorkItem):
+        """The compiled function of ``item``'s segment (its output shapes checked against the
+        placeholders'); the segment itself when TensorFlow cannot build it as a graph although
+        its ops ran eagerly (an argument whose value the graph needs for a static shape, as
+        ``RaggedTensor.to_tensor`` has)."""
+        segment = make_segment(item.key, item.entries)
+        try:
+            function = FunctionCall(compile_segment(segment, self.handles, self.xla))
+        except (ValueError, TypeError):
+            if not interpretable(segment):
+                raise
+            return segment
+        shapes = [t.shape for t in function.cf.outputs]
+        if any(shape.rank is None or tuple(shape.as_list()) != ph.sig[1]
+               for shape, ph in zip(shapes, item.returns)):
+            self._unchecked.add(item.key)  # checked on every run, when confirmed
+        self._segments[item.key] = segment
+        return function
+
+    # -- waiting, failures ------------------------------------------------------------------
+
+    def _account(self) -> None:
+        """The compile policy learns the rent of the runs confirmed since."""
+        finished = self.completions.finished
+        while finished:
+            young, seconds, calls = finished.popleft()
+            self.policy.ran(young, seconds, calls)
+
+    def wait_for(self, item: WorkItem) -> None:
+        """Block until ``item`` is confirmed or failed (a Ctrl-C interrupts the wait)."""
+        if not item.done.is_set():
+            wait_for(item.done)
+
+    def _wait_items(self) -> None:
+        inflight = self._inflight
+        if inflight:
+            wait_for(inflight[-1].done)  # confirmed in order: every one before it too
+            inflight.clear()
+        self._account()
+
     def wait_idle(self, deliver: bool = True) -> None:
         """Block until every submitted item has run; raise a failure Python was not told of
         (unless not ``deliver``: it is raised at the next wait that delivers)."""
-        self.python_waits()
-        self._queue.join()
+        self._programs.join()
+        self._wait_items()
         if deliver and self.error is not None and self._failed_generation == self.generation:
             self.deliver(self.error)
 
-    def python_waits(self) -> None:
-        """Python needs the graph now (it reads a value or waits): the compile policy learns
-        what Python did since the last segment it ran itself (see ``CompilePolicy.python_waits``).
-        """
-        self.policy.python_waits()
+    def failed(self, item: WorkItem, error: BaseException) -> None:
+        """(Completions' thread) ``item`` is the first failure of its generation."""
+        error._terra_node = _failing_node(item, error)
+        self.error = error
+        self._failed_item = item
+        self._failed_generation = item.generation
 
     def deliver(self, error: BaseException) -> None:
         """Raise ``error`` in Python. A failed op stops the work Python issued after it (as an
         eager error would have); work issued once Python has seen the error runs again."""
         if self._failed_generation == self.generation:
+            self._recover()
             self.generation += 1
-            for placeholder, value in self._salvaged:
-                placeholder.resolve(value)
-            self._salvaged = []
         if not getattr(error, "_terra_noted", False):
             error._terra_noted = True
-            # the op's name is the one channel: an error a function call raises has no op,
-            # node_def or payload (TF 2.21), only text that names the failing graph node
-            nodes = [int(n) for n in re.findall(r"terra_node_(\d+)", str(error))]
-            where = f" by the op at {self.describe(nodes[0])}" if nodes else ""
+            node = getattr(error, "_terra_node", None)
+            where = f" by the op at {self.describe(node)}" if node is not None else ""
             error.add_note(
-                f"terra-nb: raised{where} when the GraphRunner ran it; Python had already gone "
-                f"on to the line where this surfaced (the next read of a value)."
+                f"terra-nb: raised{where} when TensorFlow's executor ran it; Python had already "
+                f"gone on to the line where this surfaced (the next read of a value)."
             )
         raise error
+
+    def _recover(self) -> None:
+        """The executor goes on from the failure (cleared; what was queued after the failing op
+        was dropped), and the values made before the failing op are readable, as in eager."""
+        try:
+            self.executor.wait()
+        except Exception:  # noqa: BLE001 - the failure Python is told of
+            pass
+        self.executor.clear_error()
+        item, self._failed_item = self._failed_item, None
+        if item is None or item.key is None or not isinstance(item.error, Exception):
+            return
+        segment = make_segment(item.key, item.entries)
+        with capture.bypass(), record.stop_recording():
+            salvaged = values_before_failure(segment, item.args, self.handles, item.returns)
+        for placeholder, value in salvaged:
+            placeholder.resolve(value)
+            placeholder.bind(None)
+        item.release()
 
     @property
     def busy(self) -> bool:
         """Whether submitted work has not finished yet."""
-        return self._queue.unfinished_tasks > 0
+        inflight = self._inflight
+        return self._programs.busy or bool(inflight) and not inflight[-1].done.is_set()
 
     def close(self) -> None:
-        """Finish the queued work and stop the thread (idempotent)."""
-        if self._thread.is_alive():
-            self._queue.put(None)
+        """Finish the issued work and stop the helper threads (idempotent); nothing is left
+        queued in the executor."""
+        if self._closed:
+            return
+        self._closed = True
+        interrupted = None
+        try:
+            self._programs.close()
+            while True:
+                try:
+                    self._wait_items()
+                    break
+                except KeyboardInterrupt as error:  # a Ctrl-C while it finishes: it still ends
+                    interrupted = error
+        finally:
+            self.completions.stop()
             try:
-                self._thread.join()
-            except KeyboardInterrupt:  # a Ctrl-C while it finishes: it still ends, then raise
-                self._thread.join()
-                raise
+                self.executor.wait()
+            except Exception:  # noqa: BLE001 - a failure no one read: raised by drain, if at all
+                pass
+            self.executor.clear_error()
+        if interrupted is not None:
+            raise interrupted
 
     @property
     def compiled(self) -> int:
@@ -265,126 +357,31 @@ class GraphRunner:
         inspectable)."""
         return tuple(self._segments.values()) + self.policy.segments()
 
-    # -- the thread -------------------------------------------------------------------------
 
-    def _run(self) -> None:
-        # this thread's function calls (segments, programs) run with the regions' config: no
-        # grappler, as in eager (thread-local, so the user's own calls keep theirs)
-        context.context().function_call_options = context.FunctionCallOptions(
-            config_proto=config_pb2.ConfigProto.FromString(eager_equal_config()))
-        idle_since = time.perf_counter()
-        while True:
-            item = self._queue.get()
-            if item is None:
-                self._queue.task_done()
-                return
-            self.spans.append(RunnerSpan(
-                "graph", "stall", item.iteration, item.phase, idle_since, time.perf_counter()
-            ))
-            try:
-                if type(item) is ProgramRun:
-                    self._run_program(item)
-                else:
-                    self._process(item, item.young and item.young.segment)
-            finally:
-                idle_since = time.perf_counter()
-                self._queue.task_done()
+def _failing_node(item: WorkItem, error: BaseException) -> int | None:
+    """The TraceGraph node of the op that failed: a compiled segment's error names its graph op
+    (``terra_node_N``; an error a function call raises has no op, node_def or payload in TF
+    2.21, only text); an op-by-op run's is its first op whose output was never made."""
+    nodes = re.findall(r"terra_node_(\d+)", str(error))
+    if nodes:
+        return int(nodes[0])
+    if not item.env or item.key is None:
+        return None
+    segment_ops = item.key[0]
+    for position, outputs in enumerate(item.env):
+        if outputs and not _made(outputs[0]):
+            return item.entries[position].node
+    if len(item.env) < len(segment_ops):  # the op after the last one issued
+        return item.entries[len(item.env)].node
+    return None
 
-    def _process(self, item: WorkItem, interpret: Segment | None = None,
-                 waited: float | None = None, compiling: float = 0.0) -> None:
-        """Run ``item`` (compiled, or ``interpret``'s ops one by one); keep a failure for Python.
-        ``waited``: when Python began to wait for this run; ``compiling``: how much of the wait
-        was for compiles."""
-        start, calls = time.perf_counter(), []
-        young = item.young
-        try:
-            if item.generation == self._failed_generation:
-                item.error = self.error  # issued after the failed op: never runs
-            elif interpret is not None:
-                self._run_op_by_op(item, interpret, calls)
-            else:
-                self._execute(item)
-        except BaseException as error:  # kept and raised in the Python thread
-            self.error = item.error = error
-            self._failed_generation = item.generation
-            if isinstance(error, Exception):  # not a Ctrl-C: eager has what ran before it
-                segment = interpret or make_segment(item.key, item.entries)
-                self._salvaged += values_before_failure(segment, item.args, self.handles,
-                                                        item.returns)
-        finally:
-            end = time.perf_counter()
-            if young is not None:
-                self.policy.ran(young, end - start, sum(calls),
-                                None if waited is None else start - waited, compiling)
-            self.spans.append(RunnerSpan("graph", "exec", item.iteration, item.phase, start, end))
-            item.release()
-            item.done.set()
 
-    def _run_program(self, run: ProgramRun) -> None:
-        start = time.perf_counter()
-        try:
-            run.execute()
-        finally:
-            self.spans.append(RunnerSpan("graph", "exec", run.iteration, "coexec", start,
-                                         time.perf_counter()))
-
-    def _execute(self, item: WorkItem) -> None:
-        function, first = self._cache.get(item.key), None
-        if function is None:
-            first = time.perf_counter()
-            function = self._cache[item.key] = self._compile(item)
-            if len(self._cache) > self.max_compiled:
-                dropped, _ = self._cache.popitem(last=False)
-                self._segments.pop(dropped, None)
-        else:
-            self._cache.move_to_end(item.key)
-        if isinstance(function, Segment):  # it cannot be compiled: its ops run one by one
-            self._run_op_by_op(item, function)
-            return
-        specs = function.cf.structured_input_signature[0]
-        args = [real_argument(a, spec.dtype) for a, spec in zip(item.args, specs)]
-        try:
-            values = function(*args)
-        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
-            if not _xla_refused(error):
-                raise
-            # XLA has no kernel for an op of it: nothing ran; run it compiled without XLA
-            segment = make_segment(item.key, item.entries)
-            function = self._cache[item.key] = FunctionCall(
-                compile_segment(segment, self.handles, False))
-            values = function(*args)
-        if first is not None:
-            self.policy.learn(item.key, time.perf_counter() - first)
-        self._deliver_values(item, values)
-
-    def _run_op_by_op(self, item: WorkItem, segment: Segment, calls: list | None = None) -> None:
-        self.interpreted += 1
-        args = [real_argument(a, dtype) for a, (dtype, _) in zip(item.args, segment.args)]
-        self._deliver_values(item, run_segment(segment, args, self.handles, calls))
-
-    def _compile(self, item: WorkItem):
-        """The compiled function of ``item``'s segment; the segment itself when TensorFlow
-        cannot build it as a graph although its ops ran eagerly (an argument whose value
-        the graph needs for a static shape, as ``RaggedTensor.to_tensor`` has)."""
-        segment = make_segment(item.key, item.entries)
-        try:
-            function = FunctionCall(compile_segment(segment, self.handles, self.xla))
-        except (ValueError, TypeError):
-            if not interpretable(segment):
-                raise
-            return segment
-        self._segments[item.key] = segment
-        return function
-
-    @staticmethod
-    def _deliver_values(item: WorkItem, values: list) -> None:
-        for placeholder, value in zip(item.returns, values):
-            if value._shape_tuple() != placeholder.sig[1]:
-                raise TerraError(
-                    f"op output shape {value.shape} differs from the traced {placeholder.shape} "
-                    f"(node {placeholder.node}); the op's output shape depends on input values"
-                )
-            placeholder.resolve(value)
+def _made(value) -> bool:
+    try:
+        value._shape_tuple()
+    except Exception:  # noqa: BLE001 - poisoned: dropped or failed
+        return False
+    return True
 
 
 def _xla_refused(error: BaseException) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -250,38 +249,46 @@ def _on(device: str):
 
 
 def run_segment(segment: Segment, args: list, handles: dict[int, Any],
-                calls: list[float] | None = None, env: list[list] | None = None) -> list:
+                calls: list | None = None, env: list[list] | None = None,
+                stamp: Callable[[], Any] | None = None) -> list:
     """Run ``segment``'s ops eagerly, one by one, in the order Python issued them (so a failing op
     stops every later one, as in eager); returns the values the segment returns. ``calls``, when
-    given, gets the seconds each call of a function among the ops took; ``env``, each op's
-    outputs as it runs (what ran before a failing op stays readable, as in eager). The caller
-    keeps this thread's capture hooks and gradient tapes out of it."""
+    given, gets a pair of ``stamp()`` values (Timestamp ops, issued into the same executor)
+    around each call of a function among the ops; ``env``, each op's outputs as it runs (what
+    ran before a failing op stays readable, as in eager). The caller keeps this thread's capture
+    hooks and gradient tapes out of it."""
     ctx = context.context()
     env = [] if env is None else env
+    after = None  # the stamp after the previous op, if it called a function
     for op in segment.ops:
         attrs = eager_attrs(op.op_type, op.attrs)
         timed = calls is not None and op_info(op.op_type).function
-        start = time.perf_counter() if timed else 0.0
+        before = (after or stamp()) if timed else None
         with _on(op.device):
             outputs = execute.execute(op.op_type, op.n_outputs, _inputs(op, env, args, handles),
                                       attrs, ctx)
+        after = stamp() if timed else None
         if timed:
-            calls.append(time.perf_counter() - start)
+            calls.append((before, after))
         env.append(outputs or [])
     return [env[p][k] for p, k in segment.returns]
 
 
 def real_argument(value: Any, dtype: str):
-    """A segment argument as a tensor: a placeholder's value, a tensor, a Python value."""
+    """A segment argument as a tensor: a placeholder's value (pending while the run that makes
+    it is not confirmed), a tensor, a Python value (made on the synchronous executor: call it
+    outside the asynchronous one's scope)."""
     if isinstance(value, Placeholder):
-        if value.value is None:
-            item = value.item
-            if item is not None and item.error is not None:
-                raise item.error  # made by an op that failed
-            if value.failed is not None:
-                raise value.failed  # made by a whole-program iteration that failed
-            raise TerraError(f"internal: the value of node {value.node} was not kept")
-        return value.value
+        if value.value is not None:
+            return value.value
+        item = value.item
+        if item is not None and item.error is not None:
+            raise item.error  # made by an op that failed
+        if value.failed is not None:
+            raise value.failed  # made by a whole-program iteration that failed
+        if value.pending is not None:
+            return value.pending
+        raise TerraError(f"internal: the value of node {value.node} was not kept")
     if isinstance(value, tf.Tensor):
         return value
     if type(value) is np.ndarray:  # the batch Python fed: the common case, made cheaply

@@ -372,7 +372,6 @@ class PythonRunner:
 
     def materialise(self, placeholder: Placeholder):
         """A fetch: the real value of ``placeholder``, waiting for the graph if needed."""
-        self.graph.python_waits()
         if placeholder.value is None:
             owner = placeholder.owner
             value = owner.materialise(placeholder)

@@ -1,4 +1,5 @@
-"""The segment plan: the ops Python issued, flushed to the GraphRunner as straight-line segments.
+"""The segment plan: the ops Python issued, flushed to the GraphRunner as straight-line segments
+(issued into TensorFlow's asynchronous executor at once: Python goes on while they run).
 
 Issued ops wait in the pending list; a flush sends them as one ``WorkItem`` when the list grows to
 ``chunk_ops``, when Python issues an op whose value it read in an earlier iteration (the graph
@@ -137,7 +138,7 @@ class SegmentExecutor:
         start = time.perf_counter()
         self.graph.submit(item)
         if self.lazy:
-            item.done.wait()
+            self.graph.wait_for(item)
         self.lane.stalled(start)
 
     # -- values -----------------------------------------------------------------------------
@@ -156,7 +157,7 @@ class SegmentExecutor:
                     return placeholder.value
                 raise TerraError(f"the value of node {placeholder.node} was not kept")
             start = time.perf_counter()
-            item.done.wait()
+            self.graph.wait_for(item)
             self.lane.stalled(start)
             if item.error is not None:
                 self.graph.deliver(item.error)

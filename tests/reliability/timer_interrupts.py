@@ -3,7 +3,7 @@ terra-nb RUNS times, each interrupted by ``_thread.interrupt_main()`` from a ``t
 at a random moment, and prints one JSON line of counts (``test_timer_interrupts.py`` runs it in
 a child process: a hang there cannot hang the test session, and the parent's timeout sees it).
 
-After every run: no ``terra-graph-runner`` thread is left, no SIGINT handler of terra-nb stays
+After every run: no ``terra-`` helper thread is left, no SIGINT handler of terra-nb stays
 installed, no capture hook either unless a value of a loop is still alive (terra-nb keeps its
 hooks while one lives; Keras may hold one from a step Ctrl-C cut: counted apart, as
 ``hooks_held_by_live_values``; issue 11 removes that hold), and the state is a cut of eager's:
@@ -115,7 +115,7 @@ def _landed(error: BaseException) -> str:
 def leftovers(before: set) -> list[str]:
     """Whatever a loop must not leave behind (threads: those not there before it)."""
     left = [t.name for t in threading.enumerate()
-            if t.name == "terra-graph-runner" and t not in before]
+            if t.name.startswith("terra-") and t not in before]
     if capture.is_installed() and not any(type(o) is Placeholder for o in gc.get_objects()):
         left.append("capture hooks")  # with no value of a loop alive: nothing holds them
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
@@ -157,8 +157,8 @@ def main(runs: int, seed: int) -> dict:
         counts["interrupted"] += hit
         gc.collect()  # values of the loop nobody holds any more
         left = leftovers(before)
-        counts["threads_left"] += "terra-graph-runner" in left
-        counts["hooks_left"] += len([x for x in left if x != "terra-graph-runner"]) > 0
+        counts["threads_left"] += any(x.startswith("terra-") for x in left)
+        counts["hooks_left"] += len([x for x in left if not x.startswith("terra-")]) > 0
         held = capture.is_installed() and "capture hooks" not in left
         counts["hooks_held_by_live_values"] += held
         if not is_eager_cut(program.state(), log, cuts, losses):

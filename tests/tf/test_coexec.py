@@ -49,7 +49,7 @@ def assert_same_values(a, b):
 
 
 def graph_threads():
-    return [t for t in threading.enumerate() if t.name == "terra-graph-runner"]
+    return [t for t in threading.enumerate() if t.name.startswith("terra-")]
 
 
 @pytest.mark.parametrize("mode", list(VARIANTS))

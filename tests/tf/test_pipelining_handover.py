@@ -16,7 +16,7 @@ from terra_nb.coexec import graph_runner as runners
 
 
 def graph_threads():
-    return [t for t in threading.enumerate() if t.name == "terra-graph-runner"]
+    return [t for t in threading.enumerate() if t.name.startswith("terra-")]
 
 
 def both(body, setup, n=8, mode="coexec"):

@@ -30,7 +30,7 @@ VARIANTS = {
 
 
 def graph_threads():
-    return [t for t in threading.enumerate() if t.name == "terra-graph-runner"]
+    return [t for t in threading.enumerate() if t.name.startswith("terra-")]
 
 
 def plain_values(x):
