@@ -15,6 +15,7 @@ the GIL only to record what it read.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -38,12 +39,34 @@ def wait_for(event: threading.Event) -> None:
         pass
 
 
+_threads = threading.local()  # per thread: its own executor, and the executors it issues into
+
+
+@contextlib.contextmanager
+def issuing_into(executor):
+    """Ops this thread runs go to ``executor`` (TensorFlow's ``executor_scope`` without its trap:
+    the wrapper it makes of the executor it replaces waits for all of that executor's work when
+    collected, so a scope inside another waited for every run issued)."""
+    ctx = context.context()
+    ctx.ensure_initialized()
+    stack = getattr(_threads, "stack", None)
+    if stack is None:  # the thread's own executor's wrapper, made once and kept
+        stack = _threads.stack = [ctx.executor]
+    stack.append(executor)
+    pywrap_tfe.TFE_ContextSetExecutorForThread(ctx._context_handle, executor.handle())
+    try:
+        yield
+    finally:
+        stack.pop()
+        pywrap_tfe.TFE_ContextSetExecutorForThread(ctx._context_handle, stack[-1].handle())
+
+
 def stamp(executor):
     """A ``Timestamp`` op issued into ``executor``: a pending float64 of seconds (``time.time``'s
     clock) when the executor reached it; None if the executor holds a failure."""
     ctx = context.context()
     try:
-        with context.executor_scope(executor):
+        with issuing_into(executor):
             return pywrap_tfe.TFE_Py_Execute(ctx._handle, None, "Timestamp", [], (), 1)[0]
     except Exception:  # noqa: BLE001 - the executor's failure, confirmed in order
         return None

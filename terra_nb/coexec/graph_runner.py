@@ -30,12 +30,12 @@ from collections import OrderedDict, deque
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.python.eager import context, executor, record
+from tensorflow.python.eager import executor, record
 
 from .. import capture
 from ..errors import TerraError
 from .compile_policy import CompilePolicy
-from .completion import Completions, read, stamp, wait_for
+from .completion import Completions, issuing_into, read, stamp, wait_for
 from .function_call import FunctionCall
 from .lower import Segment, compile_segment, interpretable, make_segment, real_argument, run_segment
 from .salvage import values_before_failure
@@ -189,7 +189,7 @@ class GraphRunner:
         specs = function.cf.structured_input_signature[0]
         args = [real_argument(a, spec.dtype) for a, spec in zip(item.args, specs)]
         item.issued = time.perf_counter()  # after its compile: the executor had no part in it
-        with context.executor_scope(self.executor):
+        with issuing_into(self.executor):
             values = function(*args)
         if first is not None and self.xla:
             values = self._refused_by_xla(item, args, values)
@@ -210,7 +210,7 @@ class GraphRunner:
             segment = make_segment(item.key, item.entries)
             function = self._cache[item.key] = FunctionCall(
                 compile_segment(segment, self.handles, False))
-            with context.executor_scope(self.executor):
+            with issuing_into(self.executor):
                 return function(*args)
         return values
 
@@ -221,7 +221,7 @@ class GraphRunner:
         young = item.young
         calls = item.calls if young is not None and young.times_calls() else None
         item.env, item.unchecked = [], True
-        with context.executor_scope(self.executor):
+        with issuing_into(self.executor):
             return run_segment(segment, args, self.handles, calls, item.env,
                                lambda: stamp(self.executor))
 

@@ -1,0 +1,254 @@
+"""The graph side runs on TensorFlow's asynchronous executor (``coexec/graph_runner.py``): what
+the loop's thread must still wait for, what it must not, failures, Ctrl-C and the timeline.
+
+A read on the synchronous executor is not ordered after a write pending on the asynchronous one,
+so a real read of a variable waits for the runs issued; a constant Python makes is made on the
+synchronous executor and does not wait for them. An op that fails inside a run is raised at the
+step's read, inside its ``try``; a Ctrl-C while Python waits for a slow run is raised within
+0.5 s; the timeline's GraphRunner spans are the executor's own times. Each test compares with
+eager where values are involved and asserts what ran (what_ran.py).
+"""
+
+import gc
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from what_ran import assert_coexecuted, phases
+
+from terra_nb import Terra, capture
+
+N = 256
+
+
+def make_slow():
+    """A tf.function whose run takes ``steps`` (a tensor: one signature for any count) matmul
+    steps of N x N, ~0.2-1 ms each."""
+    w = tf.constant(np.eye(N, dtype="float32") * 0.5)
+
+    @tf.function(autograph=False)
+    def slow(h, steps):
+        return tf.while_loop(lambda i, h: i < steps,
+                             lambda i, h: (i + 1, tf.tanh(h @ w) * 2.0), (0, h))[1]
+
+    return slow
+
+
+def seconds_of(slow, steps: int) -> float:
+    h = tf.ones((N, N))
+    slow(h, tf.constant(steps)).numpy()  # traced
+    start = time.perf_counter()
+    slow(h, tf.constant(steps)).numpy()
+    return time.perf_counter() - start
+
+
+def graph_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("terra-")]
+
+
+# -- ordering -------------------------------------------------------------------------------
+
+
+def steps_read_between(loop_steps, slow, n: int = 8, steps: int = 200):
+    """Each step writes ``v`` from a slow run; Python reads ``v`` for real right after each step,
+    outside it (an eager op between iterations)."""
+    v = tf.Variable(tf.fill((N, N), 0.01))
+    seen = []
+    for i, step in enumerate(loop_steps(n)):
+        with step:
+            v.assign(slow(v * 1.0, tf.constant(steps)) * 0.5 + float(i))
+        seen.append(float(tf.reduce_sum(v)))  # the first op after the step reads v
+    return seen
+
+
+def test_a_real_read_right_after_a_queued_write_sees_eagers_value():
+    slow = make_slow()
+    assert seconds_of(slow, 200) > 0.02  # the write is still pending when the read comes
+    eager = steps_read_between(lambda n: [_Plain()] * n, slow)
+    with Terra() as terra:
+        got = steps_read_between(lambda n: (terra.step() for _ in range(n)), slow)
+    assert got == eager
+    assert_coexecuted(terra, last=4)
+
+
+class _Plain:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def diverging_read(loop, slow, steps: int = 200):
+    """A write from a slow run, then, at iteration 6 only, a read of the variable at a new
+    location: a divergence, after which the read runs for real, right after the write."""
+    v = tf.Variable(tf.fill((N, N), 0.01))
+    out = []
+    for i in loop(range(9)):
+        v.assign(slow(v * 1.0, tf.constant(steps)) * 0.5 + float(i))
+        if i == 6:
+            out.append(float(tf.reduce_sum(v.read_value())))
+    return out, float(tf.reduce_sum(v))
+
+
+def test_an_op_run_for_real_after_a_queued_write_sees_eagers_value():
+    slow = make_slow()
+    eager = diverging_read(lambda it: it, slow)
+    with Terra() as terra:
+        got = diverging_read(terra.loop, slow)
+    assert got == eager
+    assert phases(terra)[6] == "fallback" and phases(terra)[5] == "coexec"
+
+
+def constants_beside_slow_work(loop, slow, steps: int, made: list):
+    """Each step queues a slow run (its segment is issued at the end of the step); the next step
+    first makes a constant from numpy and a small op on it, and reads both at once."""
+    v = tf.Variable(tf.fill((N, N), 0.01))
+    batch = np.arange(16, dtype="float32").reshape(4, 4)
+    out = []
+    for i in loop(range(8)):
+        start = time.perf_counter()
+        c = tf.constant(batch + i)
+        z = tf.zeros((4, 4)) + c
+        out.append((c.shape.as_list(), float(tf.reduce_sum(z))))  # reads z's value too
+        made.append((i, start, time.perf_counter()))
+        v.assign(slow(v * 1.0, tf.constant(steps)) * 0.5)
+    return out, float(tf.reduce_sum(v))
+
+
+def test_a_numpy_constant_made_right_after_a_queued_segment_does_not_wait_for_it():
+    slow = make_slow()
+    steps = 400
+    assert seconds_of(slow, steps) > 0.04
+    eager = constants_beside_slow_work(lambda it: it, slow, steps, [])
+    made: list = []
+    with Terra() as terra:
+        got = constants_beside_slow_work(terra.loop, slow, steps, made)
+    assert got == eager
+    assert_coexecuted(terra, last=5)
+    # the slow run of the step before was still going when the constant had been made and read
+    runs = {s.iteration: s for s in terra.spans if s.runner == "graph" and s.kind == "exec"}
+    coexec = [i for i, phase in enumerate(phases(terra)) if phase == "coexec"]
+    beside = [runs[i - 1].t_end > done for i, start, done in made if i in coexec[1:]]
+    assert len(beside) >= 4 and sum(beside) >= len(beside) - 1, (beside, made)
+
+
+# -- failures -------------------------------------------------------------------------------
+
+
+def failing_step(loop, slow):
+    """A slow run, a gather that fails at iteration 6 (index 3 of 3), an update after it; the
+    step's loss is read inside the try. Returns what was caught where, and the state."""
+    v = tf.Variable(tf.fill((N, N), 0.01))
+    w = tf.Variable([1.0, 2.0, 3.0])
+    caught = []
+    for i in loop(range(10)):
+        try:
+            h = slow(v * 1.0, tf.constant(20))
+            g = tf.gather(w * 2.0, 3 if i == 6 else i % 3)
+            v.assign(h * 0.5 + g)
+            w.assign_add(tf.ones(3) * g)
+            caught.append((i, float(tf.reduce_sum(w))))
+        except tf.errors.InvalidArgumentError as error:
+            caught.append((i, "caught", "[0, 3)" in str(error)))
+            notes = getattr(error, "__notes__", [])
+            caught.append(any("test_async_executor.py" in note for note in notes) or None)
+    return caught, float(tf.reduce_sum(v)), w.numpy().tolist()
+
+
+@pytest.mark.parametrize("options", [{}, {"compile_after": 1}], ids=["op-by-op", "compiled"])
+def test_an_op_error_in_a_run_is_caught_in_its_iteration_and_the_loop_goes_on(options):
+    slow = make_slow()
+    eager_caught, eager_v, eager_w = failing_step(lambda it: it, slow)
+    with Terra(**options) as terra:
+        caught, v, w = failing_step(terra.loop, slow)
+    eager_caught = [c for c in eager_caught if c is not None]
+    assert (6, "caught", True) in eager_caught
+    # caught in iteration 6 (where its read is), as in eager, naming the user's line
+    assert [c for c in caught if c is not True] == eager_caught
+    assert caught[caught.index((6, "caught", True)) + 1] is True
+    assert v == eager_v and w == eager_w  # no update issued after the failing op took effect
+    assert phases(terra)[6] == "coexec" and phases(terra)[7:] == ["coexec"] * 3
+    assert_coexecuted(terra, at_least=0.5)
+
+
+# -- Ctrl-C ---------------------------------------------------------------------------------
+
+
+def interrupted_loop(slow, long_steps: int, sent: list, raised: list):
+    """A loop whose iteration 4 runs ~1.5 s of graph and reads its result; a Ctrl-C (SIGINT to
+    the process) comes 0.3 s into the wait. Returns the Terra and whether it was interrupted."""
+    v = tf.Variable(tf.fill((N, N), 0.01))
+    timer = threading.Timer(0.3, lambda: (sent.append(time.perf_counter()),
+                                         os.kill(os.getpid(), signal.SIGINT)))
+    try:
+        with Terra() as terra:
+            for i in terra.loop(range(8)):
+                y = slow(v * 1.0, tf.constant(long_steps if i == 4 else 2))
+                v.assign(y * 0.5)
+                if i == 4:
+                    timer.start()
+                try:
+                    float(tf.reduce_sum(y))
+                except KeyboardInterrupt:
+                    raised.append(time.perf_counter())
+                    raise
+    except KeyboardInterrupt:
+        return terra, True
+    finally:
+        if timer.is_alive():
+            timer.join()
+    return terra, False
+
+
+def test_ctrl_c_while_python_waits_on_a_slow_read_is_raised_at_once():
+    slow = make_slow()
+    per_step = seconds_of(slow, 100) / 100
+    sent, raised = [], []
+    terra, interrupted = interrupted_loop(slow, int(1.5 / per_step), sent, raised)
+    assert interrupted and phases(terra)[4] == "coexec"
+    assert sent and raised and raised[0] - sent[0] < 0.5, (sent, raised)
+    # no thread, no work left in the executor, no hook, the usual SIGINT handler
+    assert not graph_threads()
+    graph = terra._engine.runner.graph
+    assert not graph.busy
+    start = time.perf_counter()
+    graph.executor.wait()  # nothing pending: returns at once
+    assert time.perf_counter() - start < 0.05
+    gc.collect()
+    assert not capture.is_installed()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# -- the timeline ---------------------------------------------------------------------------
+
+
+def test_graph_spans_are_the_executors_times_inside_the_loop():
+    slow = make_slow()
+    steps = 200
+    duration = seconds_of(slow, steps)
+    v = tf.Variable(tf.fill((N, N), 0.01))
+    with Terra() as terra:
+        begin = time.perf_counter()
+        for _ in terra.loop(range(10)):
+            y = slow(v * 1.0, tf.constant(steps))
+            v.assign(y * 0.5)
+            float(tf.reduce_sum(y))
+        end = time.perf_counter()
+    assert_coexecuted(terra, last=6)
+    stats = terra.stats
+    graph = [s for s in terra.spans if s.runner == "graph"]
+    fetches = {s.iteration: s.t_start for s in terra.spans if s.kind == "fetch"}
+    assert graph
+    for span in graph:  # inside the loop
+        assert begin <= span.t_start <= span.t_end <= end
+    runs = [s for s in graph if s.kind == "exec" and s.phase == "coexec"]
+    for span in runs:  # after its iteration began (when Python issued it)
+        assert stats[span.iteration].t_start <= span.t_start
+    for span in runs:  # the executor's own time: the slow run, not its issue (microseconds) ...
+        assert span.duration > 0.5 * duration, (span, duration)
+        assert span.t_end <= fetches[span.iteration]  # ... which Python's read waited for
