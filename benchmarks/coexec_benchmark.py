@@ -2,7 +2,8 @@
 
     python benchmarks/coexec_benchmark.py [--iterations N] [--warmup W] [--repeats R]
                                           [--only NAME ...] [--regions] [--cell N]
-                                          [--program segments|whole]
+                                          [--program segments|whole] [--read every|end]
+                                          [--modes MODE ...]
 
 The ``lazy`` and ``coexec`` columns run op by op (``Terra(regions=False)``); ``--regions`` adds
 ``lazy+regions`` and ``coexec+regions``, which are what ``Terra()`` does by default (DESIGN 5b).
@@ -39,6 +40,16 @@ import tensorflow as tf  # noqa: E402
 
 from terra_nb import Terra  # noqa: E402
 
+READ = {"every": True}  # --read: the loops read the loss every step, or only after the loop
+
+
+def read(loss) -> None:
+    """The loop logs the step's loss (``--read every``), or keeps it for after the loop."""
+    if READ["every"]:
+        float(loss)
+    else:
+        READ["last"] = loss
+
 
 def mlp_setup(width, batch, depth=2):
     keras.utils.set_random_seed(0)
@@ -70,7 +81,7 @@ def make_mlp(width, batch, python_in_step):
         def loop_body(item):
             loss = step(*item)
             if not python_in_step:
-                float(loss)  # the loop logs the loss every step
+                read(loss)  # the loop logs the loss every step (--read every)
 
         return data, loop_body, step
 
@@ -130,7 +141,66 @@ def make_cnn():
             return loss
 
         def loop_body(item):
-            float(step(*item))
+            read(step(*item))
+
+        return data, loop_body, step
+
+    return build
+
+
+def make_attention():
+    """A transformer block (multi-head self-attention, layer norms, a feed-forward net; batch 16,
+    32 tokens of 64, Adam): the attention loop of issue 39."""
+
+    def build():
+        keras.utils.set_random_seed(0)
+        L = keras.layers
+        inputs = keras.Input((32, 64))
+        attended = L.MultiHeadAttention(num_heads=4, key_dim=16)(inputs, inputs)
+        h = L.LayerNormalization()(inputs + attended)
+        h = L.LayerNormalization()(h + L.Dense(64)(L.Dense(128, activation="relu")(h)))
+        model = keras.Model(inputs, L.Dense(1)(L.GlobalAveragePooling1D()(h)))
+        opt = keras.optimizers.Adam(1e-3)
+        rng = np.random.default_rng(0)
+        data = [(rng.normal(size=(16, 32, 64)).astype("float32"),
+                 rng.normal(size=(16, 1)).astype("float32")) for _ in range(4)]
+
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        def loop_body(item):
+            read(step(*item))
+
+        return data, loop_body, step
+
+    return build
+
+
+def make_gru():
+    """A Keras GRU layer over 20 steps of 32 features (batch 16, 64 units, Adam)."""
+
+    def build():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((20, 32)), keras.layers.GRU(64),
+                                  keras.layers.Dense(1)])
+        opt = keras.optimizers.Adam(1e-3)
+        rng = np.random.default_rng(0)
+        data = [(rng.normal(size=(16, 20, 32)).astype("float32"),
+                 rng.normal(size=(16, 1)).astype("float32")) for _ in range(4)]
+
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        def loop_body(item):
+            read(step(*item))
 
         return data, loop_body, step
 
@@ -161,7 +231,7 @@ def make_rnn(lengths):
             return loss
 
         def loop_body(seq):
-            float(step(seq))
+            read(step(seq))
 
         return data, loop_body, step
 
@@ -186,7 +256,7 @@ def make_scan(lengths):
             return tf.reduce_mean(h)
 
         def loop_body(seq):
-            float(step(seq))
+            read(step(seq))
 
         return data, loop_body, step
 
@@ -200,6 +270,8 @@ LOOPS = {
     "mlp-small": make_mlp(32, 16, python_in_step=False),
     "mlp-functions": make_functions(),
     "cnn": make_cnn(),
+    "attention": make_attention(),
+    "gru": make_gru(),
     "rnn-varlen": make_rnn((6, 8, 10, 8)),
     "rnn-unique": make_rnn(range(4, 104)),  # a length never seen before, every iteration
     "scan-unique": make_scan(range(4, 104)),  # the same without gradient
@@ -229,7 +301,15 @@ def time_plain(body, data, warmup, n) -> tuple[float, float]:
     clock.start()
     for item in timed[warmup:]:
         body(item)
+    read_last()
     return clock.stop(n)
+
+
+def read_last() -> None:
+    """With ``--read end``: the loop's last loss, read once it ended (timed)."""
+    last = READ.pop("last", None)
+    if last is not None:
+        float(last)
 
 
 def time_function(step, data, warmup, n) -> tuple[float, float] | str:
@@ -240,7 +320,8 @@ def time_function(step, data, warmup, n) -> tuple[float, float] | str:
         for i, item in enumerate(timed):
             if i == warmup:
                 clock.start()
-            float(fn(*item) if isinstance(item, tuple) else fn(item))
+            read(fn(*item) if isinstance(item, tuple) else fn(item))
+        read_last()
     except Exception as error:  # what tf.function cannot run
         return f"fails: {type(error).__name__}"
     return clock.stop(n)
@@ -254,6 +335,7 @@ def time_terra(body, data, warmup, n, mode, program="segments", regions=False):
             if i == warmup:
                 clock.start()
             body(item)
+        read_last()
     rate, cpu = clock.stop(n)
     ms, phases = breakdown(terra.stats[warmup:])
     return rate, cpu, ms, phases
@@ -356,11 +438,20 @@ def main() -> None:
     parser.add_argument("--calls", action="store_true",
                         help="also lazy and coexec with regions of Keras calls only, no tape "
                              "regions (Terra(regions='calls'))")
+    parser.add_argument("--read", choices=("every", "end"), default="every",
+                        help="the loops read the loss every step (default), or only once the "
+                             "loop ended (mlp-python reads it in its step, mlp-functions every "
+                             "10th step, either way)")
+    parser.add_argument("--modes", nargs="+", metavar="MODE",
+                        help="these modes only (eager and tf.function are always run)")
     parser.add_argument("--cell", type=int, metavar="N",
                         help="time to benefit: the whole time of an N-iteration cell from fresh "
                              "objects (tracing and compiles included), instead of it/s")
     args = parser.parse_args()
+    READ["every"] = args.read == "every"
     modes = MODES + (REGION_MODES if args.regions else ()) + (CALL_MODES if args.calls else ())
+    if args.modes:
+        modes = tuple(m for m in modes if m in ("eager", "tf.function", *args.modes))
     if args.cell:
         return cell_times(args, modes)
     print(f"{'loop':<13} " + " ".join(f"{m + ' it/s':>16}" for m in modes)

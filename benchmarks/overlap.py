@@ -3,9 +3,11 @@
     python benchmarks/overlap.py [--graph-ms 1 2 4] [--python-ms 2] [--iterations 60]
                                  [--rounds 3]
 
-Each iteration runs X ms of graph work (one user ``tf.function``: matmul-tanh steps on 128 x 128,
-calibrated to X ms) and Y ms of pure Python (a busy loop holding the GIL, as Keras's and the
-loop's own Python do), then reads the step's result. Eager runs them one after the other
+Each iteration issues X ms of graph work (one user ``tf.function``: matmul-tanh steps on
+128 x 128, calibrated to X ms) and its result, runs Y ms of pure Python (a busy loop holding the
+GIL, as Keras's and the loop's own Python do), then reads the result (the loss of a step read
+after its logging, say; co-execution hands the step to the graph when the op Python read in the
+last iteration is issued). Eager runs them one after the other
 (X + Y); co-execution issues the graph work into TensorFlow's asynchronous executor and goes on
 with the Python, so an iteration should take about max(X, Y); lazy mode runs the graph only at
 the read (X + Y again). Prints milliseconds per iteration (median of alternating rounds, after
@@ -67,8 +69,9 @@ def loop(iterate, steps, n: int, python_s: float, count: int) -> float:
         times.append(time.perf_counter())
         h = steps(v * 1.0, tf.constant(n))
         v.assign(h)
+        loss = tf.reduce_sum(h)  # the step's result, read after the Python below
         busy(python_s)
-        float(tf.reduce_sum(h))
+        float(loss)
     times.append(time.perf_counter())
     return (times[-1] - times[10]) / count
 

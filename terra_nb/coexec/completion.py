@@ -32,11 +32,13 @@ from .work_items import WorkItem
 WAIT_SLICE = 0.1  # seconds the loop's thread waits at a time (a Ctrl-C is raised between)
 
 
-def wait_for(event: threading.Event) -> None:
+def wait_for(event: threading.Event, confirming: threading.Thread | None = None) -> None:
     """Block until ``event`` is set, a Ctrl-C raising ``KeyboardInterrupt`` meanwhile (a
-    signal may reach another thread, which would not wake this one)."""
+    signal may reach another thread, which would not wake this one); ``confirming``: the thread
+    that sets it (its end without setting it is an error, not a wait for ever)."""
     while not event.wait(WAIT_SLICE):
-        pass
+        if confirming is not None and not confirming.is_alive() and not event.is_set():
+            raise TerraError("internal: the GraphRunner's helper thread has stopped")
 
 
 _threads = threading.local()  # per thread: its own executor, and the executors it issues into
@@ -113,6 +115,11 @@ class Completions:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
+
+    def wait(self, item: WorkItem) -> None:
+        """Block until ``item`` is confirmed or failed (a Ctrl-C interrupts the wait)."""
+        if not item.done.is_set():
+            wait_for(item.done, self._thread)
 
     def add(self, item: WorkItem) -> None:
         with self._cond:

@@ -35,7 +35,7 @@ from tensorflow.python.eager import executor, record
 from .. import capture
 from ..errors import TerraError
 from .compile_policy import CompilePolicy
-from .completion import Completions, issuing_into, read, stamp, wait_for
+from .completion import Completions, issuing_into, read, stamp
 from .function_call import FunctionCall
 from .lower import Segment, compile_segment, interpretable, make_segment, real_argument, run_segment
 from .salvage import values_before_failure
@@ -170,7 +170,7 @@ class GraphRunner:
         while inflight and inflight[0].done.is_set():
             inflight.popleft()
         if len(inflight) >= self.max_ahead:
-            wait_for(inflight[0].done)
+            self.completions.wait(inflight[0])
             inflight.popleft()
 
     def _execute(self, item: WorkItem) -> list:
@@ -255,13 +255,12 @@ class GraphRunner:
 
     def wait_for(self, item: WorkItem) -> None:
         """Block until ``item`` is confirmed or failed (a Ctrl-C interrupts the wait)."""
-        if not item.done.is_set():
-            wait_for(item.done)
+        self.completions.wait(item)
 
     def _wait_items(self) -> None:
         inflight = self._inflight
         if inflight:
-            wait_for(inflight[-1].done)  # confirmed in order: every one before it too
+            self.completions.wait(inflight[-1])  # confirmed in order: every one before it too
             inflight.clear()
         self._account()
 
@@ -299,11 +298,12 @@ class GraphRunner:
     def _recover(self) -> None:
         """The executor goes on from the failure (cleared; what was queued after the failing op
         was dropped), and the values made before the failing op are readable, as in eager."""
-        try:
-            self.executor.wait()
-        except Exception:  # noqa: BLE001 - the failure Python is told of
-            pass
-        self.executor.clear_error()
+        if self.executor is not None:  # (a value read after the loop: released already)
+            try:
+                self.executor.wait()
+            except Exception:  # noqa: BLE001 - the failure Python is told of
+                pass
+            self.executor.clear_error()
         item, self._failed_item = self._failed_item, None
         if item is None or item.key is None or not isinstance(item.error, Exception):
             return
@@ -338,13 +338,20 @@ class GraphRunner:
                     interrupted = error
         finally:
             self.completions.stop()
-            try:
-                self.executor.wait()
-            except Exception:  # noqa: BLE001 - a failure no one read: raised by drain, if at all
-                pass
-            self.executor.clear_error()
+            self._release_executor()
         if interrupted is not None:
             raise interrupted
+
+    def _release_executor(self) -> None:
+        """Delete the executor (its thread ends): nothing is pending, a failure no one read is
+        cleared (drain raised it, if the loop got that far)."""
+        executor, self.executor = self.executor, None
+        try:
+            executor.wait()
+        except Exception:  # noqa: BLE001 - see the docstring
+            pass
+        executor.clear_error()
+        del executor  # TensorFlow's Executor shuts its thread down when collected
 
     @property
     def compiled(self) -> int:

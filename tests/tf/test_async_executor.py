@@ -215,10 +215,7 @@ def test_ctrl_c_while_python_waits_on_a_slow_read_is_raised_at_once():
     # no thread, no work left in the executor, no hook, the usual SIGINT handler
     assert not graph_threads()
     graph = terra._engine.runner.graph
-    assert not graph.busy
-    start = time.perf_counter()
-    graph.executor.wait()  # nothing pending: returns at once
-    assert time.perf_counter() - start < 0.05
+    assert not graph.busy and graph.executor is None  # all ran; the executor was shut down
     gc.collect()
     assert not capture.is_installed()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
