@@ -181,12 +181,16 @@ def make_attention():
 
 
 def make_gru():
-    """A Keras GRU layer over 20 steps of 32 features (batch 16, 64 units, Adam)."""
+    """A GRU cell stepped over 20 time steps in Python (batch 16, 32 features, 64 units, Adam),
+    a regression head on the last state."""
 
     def build():
         keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((20, 32)), keras.layers.GRU(64),
-                                  keras.layers.Dense(1)])
+        cell = keras.layers.GRUCell(64)
+        head = keras.layers.Dense(1)
+        cell.build((None, 32))
+        head.build((None, 64))
+        variables = cell.trainable_variables + head.trainable_variables
         opt = keras.optimizers.Adam(1e-3)
         rng = np.random.default_rng(0)
         data = [(rng.normal(size=(16, 20, 32)).astype("float32"),
@@ -194,9 +198,11 @@ def make_gru():
 
         def step(x, y):
             with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
-            grads = tape.gradient(loss, model.trainable_variables)
-            opt.apply_gradients(zip(grads, model.trainable_variables))
+                h = [tf.zeros((16, 64))]
+                for t in range(x.shape[1]):
+                    _, h = cell(x[:, t, :], h)
+                loss = tf.reduce_mean(tf.square(head(h[0]) - y))
+            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
             return loss
 
         def loop_body(item):
