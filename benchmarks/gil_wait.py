@@ -2,8 +2,10 @@
 
     python benchmarks/gil_wait.py [--calls N]
 
-Co-execution runs compiled functions on a second Python thread while the loop's thread runs the
-user's Python. TensorFlow releases the GIL while a call runs; to return, the calling thread needs
+Co-execution ran compiled functions on a second Python thread while the loop's thread ran the
+user's Python (until issue 39: the graph now runs on TensorFlow's asynchronous executor, whose C++
+thread needs no GIL; ``benchmarks/overlap.py`` measures that). TensorFlow releases the GIL while a
+call runs; to return, the calling thread needs
 it back, and a thread running pure Python gives it up only when the interpreter's switch interval
 (``sys.getswitchinterval()``, 5 ms by default) asks it to. A thread running TensorFlow ops gives
 it up at each op. This prints milliseconds per call of one small function (60 matmul-tanh steps

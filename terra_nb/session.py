@@ -8,9 +8,10 @@
     terra.explain()                  # every fallback, with its reason and source line
 
 Modes: ``coexec`` traces until an iteration is covered, then co-executes (the PythonRunner runs
-ahead answering ops with placeholders; the GraphRunner runs the confirmed ops as compiled segments
-in its own thread); ``lazy``: the graph runs only when Python waits for it; ``trace`` runs eagerly
-and builds the TraceGraph; ``eager`` runs the loop untouched with the same statistics.
+ahead answering ops with placeholders; the GraphRunner issues the confirmed ops as compiled
+segments into TensorFlow's asynchronous executor, which runs them while Python goes on);
+``lazy``: the graph runs only when Python waits for it; ``trace`` runs eagerly and builds the
+TraceGraph; ``eager`` runs the loop untouched with the same statistics.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def op_info(op_type: str) -> OpInfo:
 
 # An eager tensor's signature by its ``_id`` (a process-wide counter, never reused; a tensor never
 # changes): a loop passes the same constants to its ops every iteration. Not only cheaper: while
-# the GraphRunner thread runs, the first ``_shape_tuple`` of a hooked call took ~13 us (0.3 alone),
+# a GraphRunner thread ran, the first ``_shape_tuple`` of a hooked call took ~13 us (0.3 alone),
 # and memoising it made a co-executed loop of 33 small ops 18% faster.
 _eager_sigs: dict[tuple[int, bool], tuple] = {}
 MAX_EAGER_SIGS = 4096  # then forgotten at once: a loop feeding new tensors only misses

@@ -2,8 +2,8 @@
 
 The PythonRunner matches calls, makes placeholders and decides on divergence; everything after
 that is an ``Executor``'s: it takes the ops Python issued (``IssuedOp``, the one op record from
-the hook to the graph), runs them in its GraphRunner, writes the values into the placeholders it
-made, and answers value requests. Two executors implement the protocol, one per plan shape:
+the hook to the graph), runs them through its GraphRunner (TensorFlow's asynchronous executor),
+writes the values into the placeholders it made, and answers value requests. Two executors implement the protocol, one per plan shape:
 
 - ``SegmentExecutor`` (segment_executor.py): straight-line segments of issued ops, flushed when
   they grow, when Python needs a value, and at the end of the iteration.
@@ -83,7 +83,7 @@ class Executor(Protocol):
         """Wait for every run; raise a failure Python was not told of (if ``deliver``)."""
 
     def close(self) -> None:
-        """Finish every confirmed run and stop the thread."""
+        """Finish every confirmed run and stop the GraphRunner."""
 
 
 class KeptPlaceholders:
