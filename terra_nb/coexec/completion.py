@@ -41,26 +41,22 @@ def wait_for(event: threading.Event, confirming: threading.Thread | None = None)
             raise TerraError("internal: the GraphRunner's helper thread has stopped")
 
 
-_threads = threading.local()  # per thread: its own executor, and the executors it issues into
-
-
 @contextlib.contextmanager
 def issuing_into(executor):
     """Ops this thread runs go to ``executor`` (TensorFlow's ``executor_scope`` without its trap:
-    the wrapper it makes of the executor it replaces waits for all of that executor's work when
-    collected, so a scope inside another waited for every run issued)."""
+    the Python wrapper it makes of the executor it replaces waits for all of that executor's work
+    when collected, so a scope inside another waited for every run issued). The executor it
+    replaces (the thread's own, or one the user's ``async_scope`` set) is held by its C handle,
+    restored at the end, and the handle deleted without a wait."""
     ctx = context.context()
     ctx.ensure_initialized()
-    stack = getattr(_threads, "stack", None)
-    if stack is None:  # the thread's own executor's wrapper, made once and kept
-        stack = _threads.stack = [ctx.executor]
-    stack.append(executor)
+    previous = pywrap_tfe.TFE_ContextGetExecutorForThread(ctx._context_handle)
     pywrap_tfe.TFE_ContextSetExecutorForThread(ctx._context_handle, executor.handle())
     try:
         yield
     finally:
-        stack.pop()
-        pywrap_tfe.TFE_ContextSetExecutorForThread(ctx._context_handle, stack[-1].handle())
+        pywrap_tfe.TFE_ContextSetExecutorForThread(ctx._context_handle, previous)
+        pywrap_tfe.TFE_DeleteExecutor(previous)  # an unowned wrapper: nothing waits
 
 
 def stamp(executor):

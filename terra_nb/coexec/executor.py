@@ -3,7 +3,8 @@
 The PythonRunner matches calls, makes placeholders and decides on divergence; everything after
 that is an ``Executor``'s: it takes the ops Python issued (``IssuedOp``, the one op record from
 the hook to the graph), runs them through its GraphRunner (TensorFlow's asynchronous executor),
-writes the values into the placeholders it made, and answers value requests. Two executors implement the protocol, one per plan shape:
+writes the values into the placeholders it made, and answers value requests. Two executors
+implement the protocol, one per plan shape:
 
 - ``SegmentExecutor`` (segment_executor.py): straight-line segments of issued ops, flushed when
   they grow, when Python needs a value, and at the end of the iteration.
