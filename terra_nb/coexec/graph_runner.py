@@ -24,7 +24,6 @@ the executor is cleared and the values made before the failing op are readable (
 
 from __future__ import annotations
 
-import re
 import time
 from collections import OrderedDict, deque
 from typing import Any
@@ -38,7 +37,7 @@ from .compile_policy import CompilePolicy
 from .completion import Completions, issuing_into, read, stamp
 from .function_call import FunctionCall
 from .lower import Segment, compile_segment, interpretable, make_segment, real_argument, run_segment
-from .salvage import values_before_failure
+from .run_failures import RunFailures
 from .work_items import ProgramRun, ProgramRuns, ProgramThread, WorkItem
 
 __all__ = ["GraphRunner", "ProgramRun", "ProgramRuns", "WorkItem"]
@@ -64,10 +63,7 @@ class GraphRunner:
         self._sightings: dict[tuple, int] = {}
         self.policy = CompilePolicy()
         self.spans: list = []  # RunnerSpans, appended by the helper threads
-        self.error: BaseException | None = None  # the last failure
-        self.generation = 0  # bumped when Python is told of a failure
-        self._failed_generation = -1
-        self._failed_item: WorkItem | None = None  # the failure Python is not told of yet
+        self.failures = RunFailures(handles, describe)
         # Compiled functions (or segments TensorFlow cannot compile), least recently used first:
         # a loop whose paths never repeat would otherwise keep every one of them.
         self._cache: OrderedDict[tuple, Any] = OrderedDict()
@@ -93,12 +89,12 @@ class GraphRunner:
             raise TerraError("the GraphRunner has stopped; this Terra loop cannot continue")
         self._programs.join()  # a whole program's runs first (none waits for Python by now)
         self._account()
-        item.generation = self.generation
+        item.generation = self.failures.generation
         sightings = self._sighted(item.key)
         self.ops_submitted += len(item.entries)
         if sightings == 1:
             self.ops_new += len(item.entries)
-        if item.generation == self._failed_generation:  # issued after an op that failed
+        if self.failures.holds(item.generation):  # issued after an op that failed
             item.skipped = True
             self._queue(item)
             return
@@ -153,7 +149,7 @@ class GraphRunner:
                     item, segment)
             except Exception as error:
                 item.issue_error = error
-                self._failed_generation = item.generation
+                self.failures.hold(item.generation)
             item.end = stamp(self.executor)
         if values is not None:
             for placeholder, value in zip(item.returns, values):
@@ -269,51 +265,16 @@ class GraphRunner:
         (unless not ``deliver``: it is raised at the next wait that delivers)."""
         self._programs.join()
         self._wait_items()
-        if deliver and self.error is not None and self._failed_generation == self.generation:
-            self.deliver(self.error)
+        if deliver and self.failures.pending:
+            self.deliver(self.failures.error)
 
     def failed(self, item: WorkItem, error: BaseException) -> None:
         """(Completions' thread) ``item`` is the first failure of its generation."""
-        error._terra_node = _failing_node(item, error)
-        self.error = error
-        self._failed_item = item
-        self._failed_generation = item.generation
+        self.failures.failed(item, error)
 
     def deliver(self, error: BaseException) -> None:
-        """Raise ``error`` in Python. A failed op stops the work Python issued after it (as an
-        eager error would have); work issued once Python has seen the error runs again."""
-        if self._failed_generation == self.generation:
-            self._recover()
-            self.generation += 1
-        if not getattr(error, "_terra_noted", False):
-            error._terra_noted = True
-            node = getattr(error, "_terra_node", None)
-            where = f" by the op at {self.describe(node)}" if node is not None else ""
-            error.add_note(
-                f"terra-nb: raised{where} when TensorFlow's executor ran it; Python had already "
-                f"gone on to the line where this surfaced (the next read of a value)."
-            )
-        raise error
-
-    def _recover(self) -> None:
-        """The executor goes on from the failure (cleared; what was queued after the failing op
-        was dropped), and the values made before the failing op are readable, as in eager."""
-        if self.executor is not None:  # (a value read after the loop: released already)
-            try:
-                self.executor.wait()
-            except Exception:  # noqa: BLE001 - the failure Python is told of
-                pass
-            self.executor.clear_error()
-        item, self._failed_item = self._failed_item, None
-        if item is None or item.key is None or not isinstance(item.error, Exception):
-            return
-        segment = make_segment(item.key, item.entries)
-        with capture.bypass(), record.stop_recording():
-            salvaged = values_before_failure(segment, item.args, self.handles, item.returns)
-        for placeholder, value in salvaged:
-            placeholder.resolve(value)
-            placeholder.bind(None)
-        item.release()
+        """Raise ``error`` in Python (see ``RunFailures.deliver``)."""
+        self.failures.deliver(error, self.executor)
 
     @property
     def busy(self) -> bool:
@@ -363,32 +324,6 @@ class GraphRunner:
         """The segments run so far, compiled or still interpreted (the generated program,
         inspectable)."""
         return tuple(self._segments.values()) + self.policy.segments()
-
-
-def _failing_node(item: WorkItem, error: BaseException) -> int | None:
-    """The TraceGraph node of the op that failed: a compiled segment's error names its graph op
-    (``terra_node_N``; an error a function call raises has no op, node_def or payload in TF
-    2.21, only text); an op-by-op run's is its first op whose output was never made."""
-    nodes = re.findall(r"terra_node_(\d+)", str(error))
-    if nodes:
-        return int(nodes[0])
-    if not item.env or item.key is None:
-        return None
-    segment_ops = item.key[0]
-    for position, outputs in enumerate(item.env):
-        if outputs and not _made(outputs[0]):
-            return item.entries[position].node
-    if len(item.env) < len(segment_ops):  # the op after the last one issued
-        return item.entries[len(item.env)].node
-    return None
-
-
-def _made(value) -> bool:
-    try:
-        value._shape_tuple()
-    except Exception:  # noqa: BLE001 - poisoned: dropped or failed
-        return False
-    return True
 
 
 def _xla_refused(error: BaseException) -> bool:

@@ -1,0 +1,115 @@
+"""A run that failed on the executor, until Python is told of it.
+
+Runs are issued in generations: a failed op makes the executor drop everything queued after it,
+and every run issued after it in its generation fails with it (one held back before it is issued
+never runs). Python is told of the first failure at its next synchronisation point (a read, a
+wait, the end of the loop): then the executor is cleared, the values made before the failing op
+are readable (salvage.py), and a new generation starts. The error names the op's source line.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tensorflow.python.eager import record
+
+from .. import capture
+from .lower import make_segment
+from .salvage import values_before_failure
+from .work_items import WorkItem
+
+
+class RunFailures:
+    """The failure of the current generation of runs (``handles``: variable key -> handle;
+    ``describe(node)``: a TraceGraph node's source line)."""
+
+    def __init__(self, handles: dict[int, Any], describe) -> None:
+        self.handles = handles
+        self.describe = describe
+        self.error: BaseException | None = None  # the last failure
+        self.generation = 0  # bumped when Python is told of a failure
+        self._failed_generation = -1
+        self._item: WorkItem | None = None  # the failed run, for its values before the failure
+
+    def holds(self, generation: int) -> bool:
+        """Whether runs of ``generation`` are held back (an earlier one failed)."""
+        return generation == self._failed_generation
+
+    def hold(self, generation: int) -> None:
+        """A run of ``generation`` could not be issued: hold back the rest of it (the failure
+        itself is found when that run is confirmed, in order)."""
+        self._failed_generation = generation
+
+    @property
+    def pending(self) -> bool:
+        """Whether a failure waits for Python to be told."""
+        return self.error is not None and self._failed_generation == self.generation
+
+    def failed(self, item: WorkItem, error: BaseException) -> None:
+        """(Completions' thread) ``item`` is the first failure of its generation."""
+        error._terra_node = _failing_node(item, error)
+        self.error = error
+        self._item = item
+        self._failed_generation = item.generation
+
+    def deliver(self, error: BaseException, executor) -> None:
+        """Raise ``error`` in Python. A failed op stops the work Python issued after it (as an
+        eager error would have); work issued once Python has seen the error runs again."""
+        if self._failed_generation == self.generation:
+            self._recover(executor)
+            self.generation += 1
+        if not getattr(error, "_terra_noted", False):
+            error._terra_noted = True
+            node = getattr(error, "_terra_node", None)
+            where = f" by the op at {self.describe(node)}" if node is not None else ""
+            error.add_note(
+                f"terra-nb: raised{where} when TensorFlow's executor ran it; Python had already "
+                f"gone on to the line where this surfaced (the next read of a value)."
+            )
+        raise error
+
+    def _recover(self, executor) -> None:
+        """The executor goes on from the failure (cleared; what was queued after the failing op
+        was dropped), and the values made before the failing op are readable, as in eager."""
+        if executor is not None:  # (None: a value read after the loop, the executor released)
+            try:
+                executor.wait()
+            except Exception:  # noqa: BLE001 - the failure Python is told of
+                pass
+            executor.clear_error()
+        item, self._item = self._item, None
+        if item is None or item.key is None or not isinstance(item.error, Exception):
+            return
+        segment = make_segment(item.key, item.entries)
+        with capture.bypass(), record.stop_recording():
+            salvaged = values_before_failure(segment, item.args, self.handles, item.returns)
+        for placeholder, value in salvaged:
+            placeholder.resolve(value)
+            placeholder.bind(None)
+        item.release()
+
+
+def _failing_node(item: WorkItem, error: BaseException) -> int | None:
+    """The TraceGraph node of the op that failed: a compiled segment's error names its graph op
+    (``terra_node_N``; an error a function call raises has no op, node_def or payload in TF
+    2.21, only text); an op-by-op run's is its first op whose output was never made."""
+    nodes = re.findall(r"terra_node_(\d+)", str(error))
+    if nodes:
+        return int(nodes[0])
+    if not item.env or item.key is None:
+        return None
+    for position, outputs in enumerate(item.env):
+        if outputs and not _made(outputs[0]):
+            return item.entries[position].node
+    if len(item.env) < len(item.entries):  # the op after the last one issued
+        return item.entries[len(item.env)].node
+    return None
+
+
+def _made(value) -> bool:
+    try:
+        value._shape_tuple()
+    except Exception:  # noqa: BLE001 - poisoned: dropped or failed
+        return False
+    return True
