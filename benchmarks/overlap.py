@@ -14,14 +14,22 @@ the read (X + Y again). Prints milliseconds per iteration (median of alternating
 10 warm-up iterations) and co-execution's ratio to max(X, Y). The same probe with the graph run
 on a Python thread took 2.87 ms for X = 0.75, Y = 2.0 (issue 39; ``benchmarks/gil_wait.py``
 shows why: the thread waits for the GIL to return from each call).
+
+On a machine whose other processes keep a core busy, the scheduler runs the executor's work on
+the loop thread's core and preempts the loop's Python for it (a 2 ms run's issue then takes 1.8 ms
+of wall time for 0.016 ms of CPU): co-execution is no faster than lazy there. ``--pin`` gives the
+loop's thread and TensorFlow's threads a core each (co-executed and lazy runs alike) and shows
+what the overlap is when the two cores are there.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -76,11 +84,33 @@ def loop(iterate, steps, n: int, python_s: float, count: int) -> float:
     return (times[-1] - times[10]) / count
 
 
+PIN = {"on": False}
+
+
+def pin_threads(on: bool) -> None:
+    """With ``--pin``: the loop's thread on core 0, TensorFlow's threads (the executor's, its
+    pools) on core 1, so that each has a core whatever else the machine runs (the benchmark's
+    doing, not terra-nb's). Off: every thread on every core."""
+    if not PIN["on"]:
+        return
+    python = {t.native_id for t in threading.enumerate()}
+    for task in glob.glob("/proc/self/task/*"):
+        tid = int(os.path.basename(task))
+        if tid == threading.get_native_id():
+            os.sched_setaffinity(tid, {0} if on else set(range(os.cpu_count())))
+        elif tid not in python:
+            os.sched_setaffinity(tid, {1} if on else set(range(os.cpu_count())))
+
+
 def run(mode: str, steps, n: int, python_s: float, count: int) -> float:
     if mode == "eager":
         return loop(lambda it: it, steps, n, python_s, count)
     with Terra(mode=mode) as terra:
-        seconds = loop(terra.loop, steps, n, python_s, count)
+        pin_threads(True)  # the Terra's executor thread exists now
+        try:
+            seconds = loop(terra.loop, steps, n, python_s, count)
+        finally:
+            pin_threads(False)
     assert [s.phase for s in terra.stats][-count:] == ["coexec"] * count, "did not co-execute"
     return seconds
 
@@ -91,7 +121,10 @@ def main() -> None:
     parser.add_argument("--python-ms", type=float, nargs="+", default=[2.0])
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pin", action="store_true",
+                        help="coexec and lazy: the loop's thread on core 0, TensorFlow's on core 1")
     args = parser.parse_args()
+    PIN["on"] = args.pin
     modes = ("eager", "coexec", "lazy")
     print("| graph X ms | Python Y ms | eager ms/it | coexec ms/it | lazy ms/it | "
           "coexec / max(X, Y) |")
