@@ -124,7 +124,7 @@ class ProgramThread:
 
     def submit(self, run: ProgramRun) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="terra-program-runner",
+            self._thread = threading.Thread(target=self._run, name="terra-graph-program",
                                             daemon=True)
             self._thread.start()
         self._queue.put(run)

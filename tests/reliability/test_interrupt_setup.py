@@ -18,7 +18,7 @@ from terra_nb.capture import hooks
 
 
 def graph_threads():
-    return [t for t in threading.enumerate() if t.name.startswith("terra-")]
+    return [t for t in threading.enumerate() if t.name.startswith("terra-graph-")]
 
 
 def test_ctrl_c_while_the_engine_is_set_up_leaves_nothing_behind(monkeypatch):

@@ -115,7 +115,7 @@ def _landed(error: BaseException) -> str:
 def leftovers(before: set) -> list[str]:
     """Whatever a loop must not leave behind (threads: those not there before it)."""
     left = [t.name for t in threading.enumerate()
-            if t.name.startswith("terra-") and t not in before]
+            if t.name.startswith("terra-graph-") and t not in before]
     if capture.is_installed() and not any(type(o) is Placeholder for o in gc.get_objects()):
         left.append("capture hooks")  # with no value of a loop alive: nothing holds them
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
@@ -157,8 +157,8 @@ def main(runs: int, seed: int) -> dict:
         counts["interrupted"] += hit
         gc.collect()  # values of the loop nobody holds any more
         left = leftovers(before)
-        counts["threads_left"] += any(x.startswith("terra-") for x in left)
-        counts["hooks_left"] += len([x for x in left if not x.startswith("terra-")]) > 0
+        counts["threads_left"] += any(x.startswith("terra-graph-") for x in left)
+        counts["hooks_left"] += len([x for x in left if not x.startswith("terra-graph-")]) > 0
         held = capture.is_installed() and "capture hooks" not in left
         counts["hooks_held_by_live_values"] += held
         if not is_eager_cut(program.state(), log, cuts, losses):

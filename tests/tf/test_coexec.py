@@ -49,7 +49,7 @@ def assert_same_values(a, b):
 
 
 def graph_threads():
-    return [t for t in threading.enumerate() if t.name.startswith("terra-")]
+    return [t for t in threading.enumerate() if t.name.startswith("terra-graph-")]
 
 
 @pytest.mark.parametrize("mode", list(VARIANTS))

@@ -70,7 +70,7 @@ def test_fallback_keeps_variables_and_slots_equal_to_eager(where, kind):
 
 
 def graph_threads():
-    return [t for t in threading.enumerate() if t.name.startswith("terra-")]
+    return [t for t in threading.enumerate() if t.name.startswith("terra-graph-")]
 
 
 def stopping_program(error):

@@ -23,7 +23,7 @@ def test_a_ctrl_c_while_opening_leaves_nothing_open(monkeypatch):
     monkeypatch.setattr(heap, "freeze", freeze_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt), Terra():
         pass
-    assert not [t for t in threading.enumerate() if t.name.startswith("terra-")]
+    assert not [t for t in threading.enumerate() if t.name.startswith("terra-graph-")]
     assert signal.getsignal(signal.SIGINT) is before_handler
     assert heap._open == 0
     monkeypatch.setattr(heap, "freeze", real_freeze)
@@ -53,5 +53,5 @@ def test_a_ctrl_c_while_an_iteration_installs_the_hooks_leaves_none(monkeypatch)
             tf.constant(1.0) + 1.0
     # as many users as before (values an earlier test keeps alive may hold the hooks)
     assert not armed[0] and hooks._installs == installs
-    assert not [t for t in threading.enumerate() if t.name.startswith("terra-")]
+    assert not [t for t in threading.enumerate() if t.name.startswith("terra-graph-")]
     assert signal.getsignal(signal.SIGINT) is before_handler

@@ -16,7 +16,7 @@ from terra_nb.coexec import graph_runner as runners
 
 
 def graph_threads():
-    return [t for t in threading.enumerate() if t.name.startswith("terra-")]
+    return [t for t in threading.enumerate() if t.name.startswith("terra-graph-")]
 
 
 def both(body, setup, n=8, mode="coexec"):

@@ -432,7 +432,7 @@ def test_values_kept_from_before_the_error_are_eager(mode):
     assert set(values2[len(values) :]) <= {"error"}  # issued after the failing op: never ran
     for a, b in zip(variables, variables2):
         np.testing.assert_allclose(b, a, rtol=1e-6)
-    assert not [t for t in threading.enumerate() if t.name.startswith("terra-")]
+    assert not [t for t in threading.enumerate() if t.name.startswith("terra-graph-")]
 
 
 def error_twice_in_two_loops(loop):

@@ -30,7 +30,7 @@ VARIANTS = {
 
 
 def graph_threads():
-    return [t for t in threading.enumerate() if t.name.startswith("terra-")]
+    return [t for t in threading.enumerate() if t.name.startswith("terra-graph-")]
 
 
 def plain_values(x):
