@@ -14,7 +14,10 @@ for the other settings) and under Terra in ``setting``:
 and asserts:
 
 - equal to eager: every per-step loss, every metric result read and every final variable (the
-  model's, the optimizer's, the metric's) bit for bit (``np.array_equal``);
+  model's, the optimizer's, the metric's) bit for bit (``np.array_equal``). No case has a
+  tolerance: eager itself is deterministic on every program of the matrix (each run twice in
+  one process gave the same bits: CPU kernels, seeded Keras random layers), so any difference,
+  even one ulp, is Terra's;
 - what ran: at least ``AT_LEAST`` of the iterations co-executed (iterations traced while regions
   formed not counted), in the plan the Terra was made with, so that a silent fallback to
   eager-like tracing cannot pass on eager's own numbers;
