@@ -47,7 +47,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ..capture.functions import function_def
+from ..capture.functions import function_def, kernel_state
 from ..capture.signature import op_info
 from .lower import Segment
 from .rental import Rental
@@ -71,6 +71,7 @@ class Young(Rental):
     segment: Segment
     call_ops: int = 0  # ops that call a function
     graph_bound: bool = False
+    kernel_state: bool = False  # an op keeps state in its kernel: never compiled
     seconds: float = 0.0  # the mean time of its runs: graph-bound needs it and the last one
 
     @property
@@ -121,9 +122,9 @@ class CompilePolicy:
             if len(self._young) >= self.max_young:
                 self._young.clear()
             segment = make()
-            young = self._young[key] = Young(segment=segment,
-                                             estimate=compile_estimate(segment),
-                                             call_ops=_call_ops(segment))
+            young = self._young[key] = Young(
+                segment=segment, estimate=compile_estimate(segment), call_ops=_call_ops(segment),
+                kernel_state=any(kernel_state(op.op_type) for op in segment.ops))
         return young
 
     def worth_compiling(self, key: tuple) -> bool:

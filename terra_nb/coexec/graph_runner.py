@@ -185,13 +185,14 @@ class GraphRunner:
         cached = self._cache.get(item.key)
         if isinstance(cached, Segment):
             return cached
-        if cached is not None or self.compile_after <= 1:
+        if cached is not None:
             return None
         young = self.policy.young(item.key, lambda: make_segment(item.key, item.entries))
         young.sighted(item.iteration)
-        # XLA: no estimate of its compile, so compiled as asked (``compile_after``)
-        due = sightings >= self.compile_after and (
-            self.xla or self.policy.worth_compiling(item.key))
+        # XLA: no estimate of its compile, so compiled as asked (``compile_after``); never one
+        # whose ops keep kernel state (a random op's stream): compiled, it would start again
+        due = (self.compile_after <= 1 or sightings >= self.compile_after and (
+            self.xla or self.policy.worth_compiling(item.key))) and not young.kernel_state
         if due or not interpretable(young.segment):
             self.policy.compiled(item.key)
             return None

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
-from tensorflow.python.eager import context, execute
+from tensorflow.python.eager import context, execute, record
 from tensorflow.python.framework import (
     op_def_library,
     op_def_library_pybind,
@@ -376,4 +376,5 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
     xla = xla and not any(op.op_type.startswith("Stateless") for op in segment.ops)
     function = tf.function(body, autograph=False, jit_compile=xla or None, reduce_retracing=False,
                            experimental_attributes={**NO_ACD, **(NOINLINE if noinline else {})})
-    return function.get_concrete_function(*specs)
+    with record.stop_recording():  # its captures of handles are no op of an open tape's
+        return function.get_concrete_function(*specs)

@@ -19,6 +19,7 @@ import threading
 
 import keras
 import tensorflow as tf
+from tensorflow.python import pywrap_tfe
 from tensorflow.python.eager import context, record
 from tensorflow.python.eager.polymorphic_function import concrete_function, polymorphic_function
 
@@ -129,7 +130,9 @@ def _wrap_recorder(original):
     def wrapper(op_type, outputs, inputs, backward_function, *args, **kwargs):
         original(op_type, outputs, inputs, backward_function, *args, **kwargs)
         regions = getattr(_local, "regions", None)
-        if regions is not None and regions.tapes.active:
+        # a record while recording is stopped reaches no tape (a function's captures, traced)
+        if regions is not None and regions.tapes.active \
+                and not pywrap_tfe.TFE_Py_TapeSetIsStopped():
             regions.tapes.on_record(op_type, outputs, inputs, backward_function)
 
     return wrapper

@@ -142,6 +142,7 @@ class _Walk:
         self.sizes: list = []  # the containers whose sizes are compared
         self.arrays: list = []
         self.stack: list[tuple[object, str]] = []
+        self.tensors: set[int] = set()  # ids of the tensors the state holds
 
     def push(self, values, path: str) -> None:
         for i, v in enumerate(values):
@@ -166,7 +167,9 @@ class _Walk:
             self.step(*self.stack.pop())
 
     def step(self, obj, path: str) -> None:
-        if id(obj) not in self.seen and not isinstance(obj, _OPAQUE):
+        if isinstance(obj, tf.Tensor):
+            self.tensors.add(id(obj))
+        elif id(obj) not in self.seen and not isinstance(obj, _OPAQUE):
             self.seen.add(id(obj))
             try:
                 self.visit(obj, path)
@@ -261,6 +264,7 @@ class PythonState:
         walk.run(roots)
         self._sources, self._names, self._arrays = walk.sources, walk.names, walk.arrays
         self._sized = walk.sizes
+        self.tensor_ids = walk.tensors  # ids only: the objects hold the tensors
         self._sizes = list(map(len, self._sized))
         self._counted = [id(o) for o in walk.counted]
         self._writes = _writes_to(self._counted)
@@ -360,11 +364,26 @@ def _generator_state(generator) -> list:
     return [] if frame is None else [frame.f_lasti, *frame.f_locals.values()]
 
 
-def argument_objects(values) -> list:
-    """Those of a call's arguments whose state it may read: Keras's and the user's objects
-    (tensors, scalars and containers are keyed by the guard itself)."""
-    return [v for v in values if type(v) not in _ATOMS and not isinstance(
-        v, _OPAQUE + (list, tuple, dict, np.ndarray)) and _walked_instance(v)]
+_CALLABLES = (types.FunctionType, types.MethodType, functools.partial)
+
+
+def argument_objects(values, depth: int = 0) -> list:
+    """Those of a call's arguments whose state it may read, also inside the lists, tuples and
+    dicts it is given: Keras's and the user's objects, functions (their closures and globals),
+    and a container of a subclass (an ``OrderedDict``: its own attributes); the guard keys
+    tensors, scalars and the containers' items itself."""
+    out = []
+    for v in values:
+        if type(v) in _ATOMS or isinstance(v, _OPAQUE + (np.ndarray,)):
+            continue
+        if isinstance(v, list | tuple | dict):
+            if depth < 4:
+                out += argument_objects(v.values() if isinstance(v, dict) else v, depth + 1)
+            if type(v) not in (list, tuple, dict):
+                out.append(v)
+        elif _walked_instance(v) or isinstance(v, _CALLABLES):
+            out.append(v)
+    return out
 
 
 def same_value(a, b) -> bool:

@@ -27,6 +27,7 @@ from .families import Families, family_key
 from .function_calls import FunctionCalls
 from .guard_key import Unguardable, guard_key, numpy_as_tensors, variables_in
 from .python_state import TooLarge, argument_objects
+from .recorded_ops import kernel_state_ops, value_shaped_ops
 from .recording import Recording, RecordingTee
 from .region import DECLINED, Region
 from .summary import RegionRow, RegionSummary
@@ -292,8 +293,9 @@ class Regions:
             if handle is not None:
                 variables[handle._id] = v
         unknown = [h for h in rec.handles.values() if h._id not in variables]
-        if unknown:
-            row.refuse(f"reads {len(unknown)} variable(s) the object does not own")
+        if unknown:  # the call's structure (a lookup table's): every run reads them
+            self._refuse_for_good(row, f"reads {len(unknown)} variable(s) the object does not "
+                                       f"own")
             return
         calls = sorted({op.op_type for op in rec.ops if op_def_registry.get(op.op_type) is None})
         if calls:  # regions lower ops by their OpDef
@@ -301,6 +303,10 @@ class Regions:
                                        f"(function calls inside a region are not supported)")
             return
         region = self.variants.reuse(key, rec.key())  # a way of its branches formed before
+        why = None if region else _unsound_ops(rec)
+        if why:
+            self._refuse_for_good(row, why)
+            return
         try:
             region = region or Region(rec, variables, obj, row.name)
         except Exception as error:  # noqa: BLE001 - e.g. an op terra-nb cannot lower
@@ -322,6 +328,24 @@ class Regions:
         self.formed_for[ident] = self.formed_for.get(ident, 0) + 1
         row.form(region.n_ops)
         self.await_call(key)  # its function's first call
+
+
+def _unsound_ops(rec: Recording) -> str | None:
+    """Why ``rec``'s ops cannot be a region (``recorded_ops``), or None; a region of
+    value-shaped ops that Python did not read gets no backward (``rec.no_backward``)."""
+    kept = kernel_state_ops(rec)
+    if kept:
+        return (f"runs {kept[0]}, which keeps state in its kernel (a random op with an op seed, "
+                f"tf.print): a region's function would start it again")
+    shaped = value_shaped_ops(rec)
+    read = sorted(set(shaped) & rec.shapes_read)
+    if read:
+        return (f"Python read the output shape of {rec.ops[read[0]].op_type}, which depends on "
+                f"values (boolean_mask, unique, a computed reshape): it would be baked in")
+    if shaped and rec.no_backward is None:
+        rec.no_backward = (f"its backward would fix the value-dependent output shape of "
+                           f"{rec.ops[shaped[0]].op_type}")
+    return None
 
 
 class _TracedCall:
@@ -351,9 +375,14 @@ class _TracedCall:
     def finish(self, result) -> None:
         regions, row, key = self.regions, self.row, self.key
         rec = Recording(self.tee, self.tensors, result)
-        rec.own_gradient = self.callees.own_gradient
+        rec.no_backward = self.callees.own_gradient
+        rec.shapes_read = rec.positions_of(self.callees.shape_reads)
         effects = self.probe.effects + side_outputs(self.obj, result) + hidden_inputs(self.obj)
         effects += self.callees.finish(result)
+        if rec.outside - self.probe.tensor_ids():
+            effects.append(f"reads {len(rec.outside - self.probe.tensor_ids())} tensor(s) made "
+                           f"before the call that it is not given (a Keras mask, the weights "
+                           f"of a stateless_call): their values would be baked in")
         effects += [f"value read ({rec.reads} tensors)"] * bool(rec.reads)
         if rec.created_vars or regions.epoch != self.epoch:
             effects.append("variable created")
@@ -365,6 +394,10 @@ class _TracedCall:
             # a call of a family with a shared F needs no second run: its ops are the family's
             regions.form(key, row, self.obj, rec, self.objs, self.args, self.arguments)
             regions.keep_pending(key, [r for r in earlier if r not in same])  # other ways
+        elif len(earlier) >= MAX_VARIANTS:  # as many runs, each unlike the others
+            regions._refuse_for_good(row, f"its runs record other ops or constants each time "
+                                          f"({len(earlier) + 1} runs, none alike: a value "
+                                          f"computed in Python, an input baked in)")
         else:
             regions.keep_pending(key, earlier + [rec])
             row.note("traced")
