@@ -22,6 +22,7 @@ import traitlets as t
 from .graph_model import new_since, path_nodes
 from .graph_view import GraphState
 from .live import LayoutWorker, RateMeter, on_cell_end
+from .saved import picture_metadata
 from .static import PNG, counters_text, graph_bundle, stack_png, timeline_png
 from .timeline_svg import last_iterations, summary
 from .timeline_view import TimelineState, timeline_text
@@ -228,4 +229,4 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
         pictures = [graph, lanes] if graph else [lanes]
         data[PNG] = stack_png(counters_text(json.loads(self.counters)), pictures)
         data["text/plain"] = f"terra-nb dashboard: {timeline_text(self._stats)}"
-        return data, metadata
+        return data, picture_metadata(metadata)  # saved as its picture (saved.py)

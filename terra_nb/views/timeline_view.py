@@ -14,6 +14,7 @@ import anywidget
 import traitlets as t
 
 from ..timeline import to_chrome_trace
+from .saved import picture_metadata
 from .static import timeline_bundle
 from .timeline_svg import summary, summary_svg, timeline_svg
 
@@ -82,7 +83,7 @@ class TimelineView(TimelineState, anywidget.AnyWidget):
         data, metadata = super()._repr_mimebundle_(**kwargs)
         data.update(timeline_bundle(self._spans, self._stats, self.window))
         data["text/plain"] = timeline_text(self._stats)
-        return data, metadata
+        return data, picture_metadata(metadata)  # saved as its picture (saved.py)
 
     def summary(self) -> dict[str, float]:
         """Seconds per runner and kind, wall seconds and iterations (see ``timeline_svg``)."""
