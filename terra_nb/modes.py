@@ -27,6 +27,7 @@ from .timeline import RunnerSpan
 from .trace.merge import GraphBuilder
 
 SWITCH_INTERVAL = 2e-4  # seconds; see CoexecEngine
+NO_GRAPH_WORK = "no op needed the graph: every op ran on real values in Python"
 
 
 @dataclass(slots=True)
@@ -60,6 +61,7 @@ class IterationResult:
     fallback: tuple[str, str, str] | None = None  # (reason, op type, location + source line)
     path: tuple[int, ...] = ()  # TraceGraph nodes this iteration went through, in order
     not_ready: tuple[str, str, str] | None = None  # covered, yet still tracing: why (as fallback)
+    why: str = ""  # why its phase is not co-execution, in a few words ("" when it is)
 
 
 class EagerEngine:
@@ -312,6 +314,9 @@ class CoexecEngine:
         stalls = runner.take_stall_spans()
         if trace is None:
             self._count_one_off()
+            if not runner.path:  # nothing was answered with placeholders: it ran eagerly
+                return IterationResult("eager", runner.ops, runner.feeds, runner.fetches, True,
+                                       stalls, why=NO_GRAPH_WORK)
             return IterationResult("coexec", runner.ops, runner.feeds, runner.fetches, True, stalls,
                                    path=tuple(runner.path))
         covered, unknown = _merge(self.learned, trace, runner.log.signatures)

@@ -39,9 +39,12 @@ _open = threading.local()  # the Terra whose context is open in this thread
 class IterationStats:
     """What one iteration did. Times are seconds (``perf_counter``); ``None`` = not measured
     (eager mode does not look at ops). ``ended``: completed, stopped (break / exception). Graph
-    times count the GraphRunner's work on this iteration (it may finish after it).
+    times count what the GraphRunner did in this iteration's column of time (``timeline.py``: from
+    its start to the next one's), whichever iteration's ops it ran; ``graph_compile`` is the
+    time it spent building segments (and their first runs), apart from ``graph_exec``.
     ``regions_forming``: traced so that regions could form from its calls (or to learn the
-    calls of regions just formed), although the loop could have co-executed."""
+    calls of regions just formed), although the loop could have co-executed; ``why``: why its
+    phase is not co-execution, in a few words ("" for a co-executed one)."""
 
     iteration: int
     phase: str
@@ -57,6 +60,8 @@ class IterationStats:
     covered: bool | None
     ended: str
     regions_forming: bool = False
+    why: str = ""
+    graph_compile: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +260,8 @@ class Terra:
                 iteration.enter_context(self._interception.iteration(len(self._stats)))
             self._iteration = iteration  # only once it began: an error raised there ends nothing
             self._t_start = time.perf_counter()
+            with self._span_lock:  # a new column of the timeline
+                self._spans.begin(len(self._stats), self._t_start)
 
     def _end(self, ended: str) -> None:
         if self._iteration is None:
@@ -275,9 +282,9 @@ class Terra:
 
     def _record(self, result: IterationResult, t_end: float, ended: str) -> None:
         index = len(self._stats)
-        stall = sum(s.duration for s in result.stalls if s.kind == "stall")
         marks = self._interception.take_marks(index, result.phase) if self._interception else []
         python = exec_spans(index, result.phase, self._t_start, t_end, result.stalls + marks)
+        stall = sum(s.duration for s in python if s.kind == "stall")
         self._take_graph_spans(python)
         if result.fallback is not None:
             self._fallbacks.append(Fallback(index, *result.fallback))
@@ -289,11 +296,20 @@ class Terra:
             python_exec=t_end - self._t_start - stall, python_stall=stall, graph_exec=0.0,
             graph_stall=0.0, ops=result.ops, feeds=result.feeds, fetches=result.fetches,
             covered=result.covered, ended=ended,
-            regions_forming=self._forming and result.phase != "coexec",
+            regions_forming=self._forming and result.phase != "coexec", why=result.why,
         )
         self._stats.append(stats)
+        if self._listeners:
+            self._tell_listeners(stats)
+
+    def _tell_listeners(self, stats: IterationStats) -> None:
+        """Call the listeners; their time is a span of its own (the views' redraws)."""
+        start = time.perf_counter()
         for listener in self._listeners:
             listener(stats)
+        with self._span_lock:
+            self._spans.add([RunnerSpan("python", "views", stats.iteration, stats.phase, start,
+                                        time.perf_counter(), "listeners (progress, views)")])
 
     def subscribe(self, listener: Callable[[IterationStats], None]) -> None:
         """Call ``listener(stats)`` in the loop's thread after every iteration (views use it).
@@ -374,7 +390,8 @@ class Terra:
         if not times:
             return tuple(self._stats)
         return tuple(
-            replace(s, graph_exec=times[i][0], graph_stall=times[i][1]) if i in times else s
+            replace(s, graph_exec=times[i][0], graph_stall=times[i][1], graph_compile=times[i][2])
+            if i in times else s
             for i, s in enumerate(self._stats)
         )
 
