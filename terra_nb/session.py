@@ -25,6 +25,7 @@ from typing import Any
 
 from . import heap
 from .errors import TerraError, TerraUsageError
+from .iterations import IterationStats, traced_runs, why_of
 from .loop_length import loop_length
 from .modes import CoexecEngine, EagerEngine, IterationResult, Learned, TraceEngine
 from .options import MODES, check_options
@@ -33,35 +34,6 @@ from .timeline import RunnerSpan, SpanFeed, SpanLog, exec_spans
 from .trace.tracegraph import TraceGraph
 
 _open = threading.local()  # the Terra whose context is open in this thread
-
-
-@dataclass(frozen=True, slots=True)
-class IterationStats:
-    """What one iteration did. Times are seconds (``perf_counter``); ``None`` = not measured
-    (eager mode does not look at ops). ``ended``: completed, stopped (break / exception). Graph
-    times count what the GraphRunner did in this iteration's column of time (``timeline.py``: from
-    its start to the next one's), whichever iteration's ops it ran; ``graph_compile`` is the
-    time it spent building segments (and their first runs), apart from ``graph_exec``.
-    ``regions_forming``: traced so that regions could form from its calls (or to learn the
-    calls of regions just formed), although the loop could have co-executed; ``why``: why its
-    phase is not co-execution, in a few words ("" for a co-executed one)."""
-
-    iteration: int
-    phase: str
-    t_start: float
-    t_end: float
-    python_exec: float
-    python_stall: float
-    graph_exec: float
-    graph_stall: float
-    ops: int | None
-    feeds: int | None
-    fetches: int | None
-    covered: bool | None
-    ended: str
-    regions_forming: bool = False
-    why: str = ""
-    graph_compile: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +268,8 @@ class Terra:
             python_exec=t_end - self._t_start - stall, python_stall=stall, graph_exec=0.0,
             graph_stall=0.0, ops=result.ops, feeds=result.feeds, fetches=result.fetches,
             covered=result.covered, ended=ended,
-            regions_forming=self._forming and result.phase != "coexec", why=result.why,
+            regions_forming=self._forming and result.phase != "coexec",
+            why=why_of(result, self._interception.forming if self._forming else None),
         )
         self._stats.append(stats)
         if self._listeners:
@@ -322,9 +295,11 @@ class Terra:
 
     def explain(self) -> Explained:
         """Every fallback so far, and every covered iteration that still traced: iteration,
-        reason, op and user source line (a tuple); its ``regions`` (and ``str()``) list the
-        regions formed, their hits, guard misses and refusals."""
-        return Explained(self._fallbacks, self.regions)
+        reason, op and user source line (a tuple); its ``traced`` lists every other iteration
+        that did not co-execute, in runs of one reason; its ``regions`` (and ``str()``) list
+        the regions formed, their hits, guard misses and refusals."""
+        said = frozenset(f.iteration for f in self._fallbacks)
+        return Explained(self._fallbacks, self.regions, traced_runs(self._stats, said))
 
     @property
     def regions(self) -> RegionSummary:

@@ -184,6 +184,7 @@ class Interception:
         self.regions.tapes.enabled = tapes
         self._hold: contextlib.ExitStack | None = None
         self._settled = 0
+        self.forming = ""  # the calls whose regions the next iteration runs for real for
 
     def _created(self, next_creator, **kwargs):
         self.regions.epoch += 1
@@ -211,8 +212,10 @@ class Interception:
         next one should run for real too (at most ``SETTLE_ITERATIONS`` times)."""
         regions = self.regions
         settling, regions.changed = regions.changed, False
+        forming, regions.forming = regions.forming, {}
         if settling and self._settled < SETTLE_ITERATIONS:
             self._settled += 1
+            self.forming = "; ".join(f"{call} ({what})" for call, what in forming.items())
             return True
         return False
 

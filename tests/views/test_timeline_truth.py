@@ -97,5 +97,19 @@ def test_an_iteration_with_no_graph_work_is_not_coexec():
             total += float(tf.reduce_sum(tf.constant([1.0, 2.0]) * i))
     phases = [s.phase for s in terra.stats]
     assert "coexec" not in phases and phases[-1] == "eager", phases
-    assert "no op needed the graph" in terra.stats[-1].why
+    assert terra.stats[-1].why.startswith("no graph work: every op ran on real values")
     assert not [s for s in terra.spans if s.runner == "graph" and s.kind == "exec"]
+
+
+def test_the_timeline_tooltip_says_why_an_iteration_did_not_co_execute(quickstart):
+    from terra_nb.views.timeline_svg import iteration_tip
+
+    stats, spans = quickstart.stats, quickstart.spans
+    cols = columns(stats, spans)
+    for s, col in zip(stats, cols):
+        if s.phase != "coexec":
+            assert s.why and f"iteration {s.iteration}: {s.phase} — {s.why}" in iteration_tip(
+                s, col, spans)
+    assert any(s.why.startswith("fallback: new op or new program location at "
+                                "AssignVariableOp") for s in stats)
+    assert any(s.why.startswith("regions forming: run for real for ") for s in stats)
