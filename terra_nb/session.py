@@ -28,7 +28,7 @@ from .errors import TerraError, TerraUsageError
 from .iterations import IterationStats, traced_runs, why_of
 from .loop_length import loop_length
 from .modes import CoexecEngine, EagerEngine, IterationResult, Learned, TraceEngine
-from .options import MODES, check_options
+from .options import MODES, check_options, warn_xla_once
 from .regions import Explained, Interception, RegionSummary
 from .timeline import RunnerSpan, SpanFeed, SpanLog, exec_spans
 from .trace.tracegraph import TraceGraph
@@ -93,6 +93,8 @@ class Terra:
         regions include ``GradientTape.gradient`` as one function once that pays
         (``regions/tapes.py``), except with ``"calls"``: the Keras calls only."""
         check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned, regions)
+        if xla:
+            warn_xla_once()
         self.use_regions = (mode in ("coexec", "lazy") and program != "whole"
                             if regions is None else regions)
         self._interception: Interception | None = None

@@ -86,6 +86,7 @@ def test_live_views():
     live under --viz; its views are pictures too (a saved notebook shows them)."""
     book = executed("live_views")
     assert book.errors() == []
+    assert book.code[0].outputs == []  # no TensorFlow start-up log
     train = book.cell("%%terra --viz")
     assert any(WIDGET in o.get("data", {}) for o in train.outputs)
     assert any("image/png" in o.get("data", {}) for o in train.outputs)
