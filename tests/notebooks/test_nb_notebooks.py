@@ -267,8 +267,12 @@ def test_benchmarks(monkeypatch):
     shown = [o.data["text/markdown"] for o in book.cell("display(Markdown(").outputs
              if "text/markdown" in o.get("data", {})]
     assert shown and "| dcgan |" in shown[0] and "tf.function coverage" in shown[0]
-    run = book.cell("document = paper.main(argv)")
-    assert "| dcgan |" in book.text(run) and "[1/1] dcgan   coexec: " in book.text(run)
+    run = book.cell("document = paper.main(argv")
+    assert "| dcgan |" in book.text(run)
+    # progress: one bar updated in place (its last state: done), no block of stderr lines
+    assert not [o for o in run.outputs if o.output_type == "stream" and o.name == "stderr"]
+    bar = next(o for o in run.outputs if "text/html" in o.get("data", {}))
+    assert "<progress" in bar.data["text/html"] and "done in" in bar.data["text/plain"]
     for start in ('Image(filename=str(out / "speedup.png"))',
                   'Image(filename=str(out / "breakdown.png"))'):
         assert any("image/png" in o.get("data", {}) for o in book.cell(start).outputs), start
