@@ -51,7 +51,7 @@ def why_of(result, forming: str | None) -> str:
     when the loop ran it for real for the regions, the calls they were forming (``forming``)."""
     if result.fallback is not None:
         reason, op_type, where = result.fallback
-        return f"fallback: {reason} at {op_type} ({where})"
+        return f"fallback: {reason} " + (f"at {op_type} ({where})" if where else op_type)
     if forming is not None and result.phase != "coexec":
         return f"regions forming: run for real for {forming or 'the regions just formed'}"
     if result.not_ready is not None:

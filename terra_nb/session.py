@@ -46,6 +46,8 @@ class Fallback:
     location: str
 
     def __str__(self) -> str:
+        if not self.location:  # not at an op: ``op_type`` says where ("(end of iteration)")
+            return f"iteration {self.iteration}: {self.reason} {self.op_type}"
         return f"iteration {self.iteration}: {self.reason} at {self.op_type} ({self.location})"
 
 

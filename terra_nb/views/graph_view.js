@@ -78,7 +78,7 @@ function nodeDetails(data, n) {
   const attrs = n.attrs.map(([k, v]) => [esc(k), `<code>${esc(JSON.stringify(v))}</code>`]);
   return `<h4>${esc(n.op_type)}${badges}</h4>` +
     `<div class="terra-muted">node #${n.id} · <code>${esc(where(data, n.location))}</code></div>` +
-    `<div class="terra-muted" title="hits: how often tracing recorded this op, in all traced iterations together; co-executed iterations are not counted">traced ${n.hits}× in total (once per loop trip)</div>` +
+    `<div class="terra-muted" title="hits: how often tracing recorded this op, in all traced iterations together; co-executed iterations are not counted">traced ${n.hits}× in total${n.parent >= 0 ? " (once per trip of its loop)" : " (once per traced iteration)"}</div>` +
     (line ? `<div class="terra-source">${esc(line.trim())}</div>` : "") +
     rows([...inputs, ...outputs]) + (attrs.length ? "<b>attributes</b>" + rows(attrs) : "");
 }

@@ -158,7 +158,7 @@ def test_how_it_works():
         "iteration 1: phase tracing, 7 ops, covered=True",
         "iteration 2: phase tracing, 7 ops, covered=True",
     ]
-    graphs = [book.text(c) for c in book.code if c.source == "print(repr(terra.graph))"]
+    graphs = [book.text(c) for c in book.code if c.source == "print(graph_listing(terra.graph))"]
     assert graphs[0].startswith("TraceGraph(9 nodes, 0 loops, 0 branch points)")
     growth = book.text(book.cell("growth = []"))
     covered = re.findall(r"iteration (\d): (\d) ops, covered=(\w+), TraceGraph (\d+) nodes", growth)
@@ -223,6 +223,11 @@ def test_how_it_works():
     assert phases[:3] == ["tracing", "tracing", "fallback"] and set(phases[3:]) == {"coexec"}
     assert re.search(r"iteration 2: a value of node \d+ outlives the iteration", whole)
     assert "same as eager: True" in whole
+    # locations read as the notebook names its cells (not temp-file names), every output
+    everything = "".join(book.text(c) for c in book.code)
+    assert re.findall(r"In \[\d+\]:\d+", everything)
+    assert not re.search(r"\b\d+\.py:\d+|terra-cell", everything)
+    assert "(end of iteration) ()" not in everything
 
 
 def test_debugging():
