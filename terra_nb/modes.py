@@ -294,7 +294,7 @@ class CoexecEngine:
         stalls = runner.take_stall_spans()
         if trace is None:
             self._count_one_off()
-            if not runner.path:  # nothing was answered with placeholders: it ran eagerly
+            if not runner.path and self.program is None:  # no op for the graph: eager
                 return IterationResult("eager", runner.ops, runner.feeds, runner.fetches, True,
                                        stalls, why=NO_GRAPH_WORK)
             return IterationResult("coexec", runner.ops, runner.feeds, runner.fetches, True, stalls,

@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import heap
+from . import heap, modes
 from .errors import TerraError, TerraUsageError
 from .iterations import IterationStats, traced_runs, why_of
 from .loop_length import loop_length
@@ -258,6 +258,8 @@ class Terra:
 
     def _record(self, result: IterationResult, t_end: float, ended: str) -> None:
         index = len(self._stats)
+        if result.why == modes.NO_GRAPH_WORK and self._interception and self._interception.hit:
+            result.phase, result.why = "coexec", ""  # a region's compiled function answered
         marks = self._interception.take_marks(index, result.phase) if self._interception else []
         python = exec_spans(index, result.phase, self._t_start, t_end, result.stalls + marks)
         stall = sum(s.duration for s in python if s.kind == "stall")

@@ -219,6 +219,11 @@ class Interception:
             return True
         return False
 
+    @property
+    def hit(self) -> bool:
+        """Whether a region answered a call in the iteration now ending (before ``take_marks``)."""
+        return bool(self.regions.marks)
+
     def take_marks(self, iteration: int, phase: str) -> list[RunnerSpan]:
         """The region calls answered in the iteration just ended, as timeline spans."""
         marks, self.regions.marks = self.regions.marks, []

@@ -162,7 +162,7 @@ class CallSite:
     ops: tuple[int, ...]
     hits: int
     misses: int
-    versions: int  # regions formed for it (of its live objects and argument specs)
+    versions: int  # rows formed for it (of its live objects and argument specs)
     collected: int
     earlier: int
     notes: str
@@ -175,10 +175,12 @@ class CallSite:
         state = "formed" if formed else shown[0].state
         ops = tuple(sorted({r.ops for r in (formed or rows) if r.ops}))
         notes = []
-        if len(formed) > 1:
-            notes.append(f"{len(formed)} versions: one per object and argument specs")
-        if any(r.any_shape for r in formed):
+        shared = any(r.any_shape for r in formed)  # one function for every shape of them
+        functions = shared + sum(not r.any_shape for r in formed)
+        if shared:
             notes.append("any shape")
+        if functions > 1:
+            notes.append(f"{functions} versions: one per object and argument specs")
         misses = [r.last_miss for r in formed if r.last_miss]
         if misses:
             notes.append(f"last miss: {misses[-1]}")
