@@ -2,7 +2,8 @@
 
 Load
     ``%load_ext terra_nb`` (or ``%load_ext kernel_ext``); ``%unload_ext terra_nb`` removes the
-    magics again. Loading twice is harmless.
+    magics again. Loading twice is harmless. Loading imports TensorFlow without its C++
+    start-up log (``quiet_tf.py``): load the extension before importing TensorFlow.
 
 Run a training loop under terra-nb
     ::
@@ -61,8 +62,11 @@ _NAME = "TerraMagics"
 def load_ipython_extension(ipython: Any) -> None:
     """Register the magics and their settings with ``ipython`` (once), and the text form of a
     fallback that names its cell (``In [3]:6``)."""
-    from .magics import TerraMagics
-    from .report import pretty_fallback
+    from .quiet_tf import start_up_quietly
+
+    with start_up_quietly():  # TensorFlow's C++ start-up log: not under the notebook's cell
+        from .magics import TerraMagics
+        from .report import pretty_fallback
 
     if _NAME in ipython.magics_manager.registry:
         return

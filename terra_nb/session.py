@@ -23,40 +23,17 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import heap
+from . import heap, modes
 from .errors import TerraError, TerraUsageError
+from .iterations import IterationStats, traced_runs, why_of
 from .loop_length import loop_length
 from .modes import CoexecEngine, EagerEngine, IterationResult, Learned, TraceEngine
-from .options import MODES, check_options
+from .options import MODES, check_options, warn_xla_once
 from .regions import Explained, Interception, RegionSummary
 from .timeline import RunnerSpan, SpanFeed, SpanLog, exec_spans
 from .trace.tracegraph import TraceGraph
 
 _open = threading.local()  # the Terra whose context is open in this thread
-
-
-@dataclass(frozen=True, slots=True)
-class IterationStats:
-    """What one iteration did. Times are seconds (``perf_counter``); ``None`` = not measured
-    (eager mode does not look at ops). ``ended``: completed, stopped (break / exception). Graph
-    times count the GraphRunner's work on this iteration (it may finish after it).
-    ``regions_forming``: traced so that regions could form from its calls (or to learn the
-    calls of regions just formed), although the loop could have co-executed."""
-
-    iteration: int
-    phase: str
-    t_start: float
-    t_end: float
-    python_exec: float
-    python_stall: float
-    graph_exec: float
-    graph_stall: float
-    ops: int | None
-    feeds: int | None
-    fetches: int | None
-    covered: bool | None
-    ended: str
-    regions_forming: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +46,8 @@ class Fallback:
     location: str
 
     def __str__(self) -> str:
+        if not self.location:  # not at an op: ``op_type`` says where ("(end of iteration)")
+            return f"iteration {self.iteration}: {self.reason} {self.op_type}"
         return f"iteration {self.iteration}: {self.reason} at {self.op_type} ({self.location})"
 
 
@@ -116,6 +95,8 @@ class Terra:
         regions include ``GradientTape.gradient`` as one function once that pays
         (``regions/tapes.py``), except with ``"calls"``: the Keras calls only."""
         check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned, regions)
+        if xla:
+            warn_xla_once()
         self.use_regions = (mode in ("coexec", "lazy") and program != "whole"
                             if regions is None else regions)
         self._interception: Interception | None = None
@@ -255,6 +236,8 @@ class Terra:
                 iteration.enter_context(self._interception.iteration(len(self._stats)))
             self._iteration = iteration  # only once it began: an error raised there ends nothing
             self._t_start = time.perf_counter()
+            with self._span_lock:  # a new column of the timeline
+                self._spans.begin(len(self._stats), self._t_start)
 
     def _end(self, ended: str) -> None:
         if self._iteration is None:
@@ -275,9 +258,11 @@ class Terra:
 
     def _record(self, result: IterationResult, t_end: float, ended: str) -> None:
         index = len(self._stats)
-        stall = sum(s.duration for s in result.stalls if s.kind == "stall")
+        if result.why == modes.NO_GRAPH_WORK and self._interception and self._interception.hit:
+            result.phase, result.why = "coexec", ""  # a region's compiled function answered
         marks = self._interception.take_marks(index, result.phase) if self._interception else []
         python = exec_spans(index, result.phase, self._t_start, t_end, result.stalls + marks)
+        stall = sum(s.duration for s in python if s.kind == "stall")
         self._take_graph_spans(python)
         if result.fallback is not None:
             self._fallbacks.append(Fallback(index, *result.fallback))
@@ -290,10 +275,20 @@ class Terra:
             graph_stall=0.0, ops=result.ops, feeds=result.feeds, fetches=result.fetches,
             covered=result.covered, ended=ended,
             regions_forming=self._forming and result.phase != "coexec",
+            why=why_of(result, self._interception.forming if self._forming else None),
         )
         self._stats.append(stats)
+        if self._listeners:
+            self._tell_listeners(stats)
+
+    def _tell_listeners(self, stats: IterationStats) -> None:
+        """Call the listeners; their time is a span of its own (the views' redraws)."""
+        start = time.perf_counter()
         for listener in self._listeners:
             listener(stats)
+        with self._span_lock:
+            self._spans.add([RunnerSpan("python", "views", stats.iteration, stats.phase, start,
+                                        time.perf_counter(), "listeners (progress, views)")])
 
     def subscribe(self, listener: Callable[[IterationStats], None]) -> None:
         """Call ``listener(stats)`` in the loop's thread after every iteration (views use it).
@@ -306,9 +301,11 @@ class Terra:
 
     def explain(self) -> Explained:
         """Every fallback so far, and every covered iteration that still traced: iteration,
-        reason, op and user source line (a tuple); its ``regions`` (and ``str()``) list the
-        regions formed, their hits, guard misses and refusals."""
-        return Explained(self._fallbacks, self.regions)
+        reason, op and user source line (a tuple); its ``traced`` lists every other iteration
+        that did not co-execute, in runs of one reason; its ``regions`` (and ``str()``) list
+        the regions formed, their hits, guard misses and refusals."""
+        said = frozenset(f.iteration for f in self._fallbacks)
+        return Explained(self._fallbacks, self.regions, traced_runs(self._stats, said))
 
     @property
     def regions(self) -> RegionSummary:
@@ -374,7 +371,8 @@ class Terra:
         if not times:
             return tuple(self._stats)
         return tuple(
-            replace(s, graph_exec=times[i][0], graph_stall=times[i][1]) if i in times else s
+            replace(s, graph_exec=times[i][0], graph_stall=times[i][1], graph_compile=times[i][2])
+            if i in times else s
             for i, s in enumerate(self._stats)
         )
 

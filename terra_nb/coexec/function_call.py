@@ -42,3 +42,9 @@ class FunctionCall:
     def __call__(self, *args) -> list:
         return execute.execute(self.name, self.n_out, [*args, *self.caps], self.attrs,
                                context.context())
+
+
+def xla_refused(error: BaseException) -> bool:
+    """Whether XLA refused to compile a segment (an op it has no kernel for): nothing ran."""
+    text = str(error)
+    return "XLA" in text and ("unsupported operations" in text or "No registered" in text)

@@ -28,7 +28,7 @@ from .. import capture
 from ..errors import TerraError
 from ..timeline import RunnerSpan
 from .compile_policy import CompilePolicy, Young
-from .function_call import FunctionCall, eager_equal_config
+from .function_call import FunctionCall, eager_equal_config, xla_refused
 from .lower import (
     Segment,
     compile_segment,
@@ -38,6 +38,7 @@ from .lower import (
     run_segment,
 )
 from .salvage import values_before_failure
+from .segment_names import SegmentNames
 
 
 class WorkItem:
@@ -46,7 +47,7 @@ class WorkItem:
 
     __slots__ = (
         "key", "entries", "args", "returns", "iteration", "phase", "done", "error", "generation",
-        "young",
+        "young", "label",
     )
 
     def __init__(self, key: tuple, entries: list, args: list, returns: list, iteration: int,
@@ -61,6 +62,7 @@ class WorkItem:
         self.error: BaseException | None = None
         self.generation = 0
         self.young: Young | None = None  # run interpreted: the segment is not compiled yet
+        self.label = ""  # the segment's name in the timeline (segment_names.py)
 
     def release(self) -> None:
         """Drop what running it needed: a placeholder Python keeps holds its value and this
@@ -134,6 +136,8 @@ class GraphRunner:
         self.ops_submitted = 0
         self.ops_new = 0  # ops in segments submitted for the first time
         self._sightings: dict[tuple, int] = {}
+        self._names = SegmentNames()  # segment key -> its name in the timeline
+        self._idle_since = time.perf_counter()  # when the graph side last finished a run
         self.policy = CompilePolicy()
         self.spans: list[RunnerSpan] = []
         self.error: BaseException | None = None  # the last failure
@@ -159,6 +163,7 @@ class GraphRunner:
             raise TerraError("the GraphRunner has stopped; this Terra loop cannot continue")
         item.generation = self.generation
         sightings = self._sighted(item.key)
+        item.label = self._names.name(item.key, item.entries)
         self.ops_submitted += len(item.entries)
         if sightings == 1:
             self.ops_new += len(item.entries)
@@ -203,6 +208,7 @@ class GraphRunner:
         """How many times ``key`` has been submitted, this one included."""
         if len(self._sightings) > 4096:  # many one-off paths: forgetting only delays a compile
             self._sightings.clear()
+            self._names.clear()
         count = self._sightings[key] = self._sightings.get(key, 0) + 1
         return count
 
@@ -273,22 +279,20 @@ class GraphRunner:
         # grappler, as in eager (thread-local, so the user's own calls keep theirs)
         context.context().function_call_options = context.FunctionCallOptions(
             config_proto=config_pb2.ConfigProto.FromString(eager_equal_config()))
-        idle_since = time.perf_counter()
         while True:
             item = self._queue.get()
             if item is None:
                 self._queue.task_done()
                 return
             self.spans.append(RunnerSpan(
-                "graph", "stall", item.iteration, item.phase, idle_since, time.perf_counter()
-            ))
+                "graph", "stall", item.iteration, item.phase, self._idle_since,
+                time.perf_counter()))
             try:
                 if type(item) is ProgramRun:
                     self._run_program(item)
                 else:
                     self._process(item, item.young and item.young.segment)
             finally:
-                idle_since = time.perf_counter()
                 self._queue.task_done()
 
     def _process(self, item: WorkItem, interpret: Segment | None = None,
@@ -298,13 +302,14 @@ class GraphRunner:
         was for compiles."""
         start, calls = time.perf_counter(), []
         young = item.young
+        kind, compiled = "exec", interpret is None
         try:
             if item.generation == self._failed_generation:
                 item.error = self.error  # issued after the failed op: never runs
             elif interpret is not None:
                 self._run_op_by_op(item, interpret, calls)
             else:
-                self._execute(item)
+                kind, compiled = self._execute(item)
         except BaseException as error:  # kept and raised in the Python thread
             self.error = item.error = error
             self._failed_generation = item.generation
@@ -317,7 +322,9 @@ class GraphRunner:
             if young is not None:
                 self.policy.ran(young, end - start, sum(calls),
                                 None if waited is None else start - waited, compiling)
-            self.spans.append(RunnerSpan("graph", "exec", item.iteration, item.phase, start, end))
+            self.spans.append(RunnerSpan("graph", kind, item.iteration, item.phase, start, end,
+                                         item.label, len(item.entries), compiled))
+            self._idle_since = end  # also when Python's thread ran it (an inline run)
             item.release()
             item.done.set()
 
@@ -326,10 +333,12 @@ class GraphRunner:
         try:
             run.execute()
         finally:
+            self._idle_since = time.perf_counter()
             self.spans.append(RunnerSpan("graph", "exec", run.iteration, "coexec", start,
-                                         time.perf_counter()))
+                                         self._idle_since, "whole program", compiled=True))
 
-    def _execute(self, item: WorkItem) -> None:
+    def _execute(self, item: WorkItem) -> tuple[str, bool]:
+        """Run ``item`` compiled (built first if new); its timeline (kind, compiled)."""
         function, first = self._cache.get(item.key), None
         if function is None:
             first = time.perf_counter()
@@ -341,13 +350,13 @@ class GraphRunner:
             self._cache.move_to_end(item.key)
         if isinstance(function, Segment):  # it cannot be compiled: its ops run one by one
             self._run_op_by_op(item, function)
-            return
+            return "exec", False
         specs = function.cf.structured_input_signature[0]
         args = [real_argument(a, spec.dtype) for a, spec in zip(item.args, specs)]
         try:
             values = function(*args)
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
-            if not _xla_refused(error):
+            if not xla_refused(error):
                 raise
             # XLA has no kernel for an op of it: nothing ran; run it compiled without XLA
             segment = make_segment(item.key, item.entries)
@@ -357,6 +366,7 @@ class GraphRunner:
         if first is not None:
             self.policy.learn(item.key, time.perf_counter() - first)
         self._deliver_values(item, values)
+        return ("exec" if first is None else "compile"), True
 
     def _run_op_by_op(self, item: WorkItem, segment: Segment, calls: list | None = None) -> None:
         self.interpreted += 1
@@ -387,8 +397,3 @@ class GraphRunner:
                 )
             placeholder.resolve(value)
 
-
-def _xla_refused(error: BaseException) -> bool:
-    """Whether XLA refused to compile a segment (an op it has no kernel for): nothing ran."""
-    text = str(error)
-    return "XLA" in text and ("unsupported operations" in text or "No registered" in text)

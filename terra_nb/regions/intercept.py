@@ -187,6 +187,7 @@ class Interception:
         self.regions.tapes.enabled = tapes
         self._hold: contextlib.ExitStack | None = None
         self._settled = 0
+        self.forming = ""  # the calls whose regions the next iteration runs for real for
 
     def _created(self, next_creator, **kwargs):
         self.regions.epoch += 1
@@ -214,10 +215,17 @@ class Interception:
         next one should run for real too (at most ``SETTLE_ITERATIONS`` times)."""
         regions = self.regions
         settling, regions.changed = regions.changed, False
+        forming, regions.forming = regions.forming, {}
         if settling and self._settled < SETTLE_ITERATIONS:
             self._settled += 1
+            self.forming = "; ".join(f"{call} ({what})" for call, what in forming.items())
             return True
         return False
+
+    @property
+    def hit(self) -> bool:
+        """Whether a region answered a call in the iteration now ending (before ``take_marks``)."""
+        return bool(self.regions.marks)
 
     def take_marks(self, iteration: int, phase: str) -> list[RunnerSpan]:
         """The region calls answered in the iteration just ended, as timeline spans."""

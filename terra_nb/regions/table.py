@@ -53,6 +53,7 @@ class Regions:
         self.specs_for: dict[tuple, int] = {}  # (object id, method) -> rows (guard keys)
         self.epoch = 0  # variables created in the loop's thread
         self.changed = False  # a call was traced on its way to a region, or one formed
+        self.forming: dict[str, str] = {}  # call -> what it did to set ``changed`` (for why)
         # keys whose next call must come in an iteration run for real -> iterations waited
         self.awaiting: dict[tuple, int] = {}
         self.dropped: dict[str, RegionCall] = {}  # the functions of regions no longer formed
@@ -91,7 +92,7 @@ class Regions:
         row = self.rows.pop(key, None)
         if row is None:
             return
-        if row.hits:
+        if row.hits or row.earlier:
             row.collected()
             self.rows[("collected", id(row), *key)] = row
         else:
@@ -132,10 +133,12 @@ class Regions:
     def carry_over(self) -> None:
         """At the start of a new Terra's loop (a re-run cell): keep the regions whose objects
         are alive and whose Python state is as when they formed, and start their variable
-        counts afresh."""
+        counts and hits afresh."""
         self.pending.clear()
         self.tapes.pending.clear()
         self.variants.clear()
+        for row in self.rows.values():
+            row.new_run()
         for key, region in list(self.table.items()):
             if region.objects() is None or not region.python.carried_over():
                 self.rows[key].miss("the object was dropped or changed between runs")
@@ -151,6 +154,8 @@ class Regions:
         most."""
         self.awaiting[key] = 0
         self.changed = True
+        row = self.rows.get(key)
+        self.forming[row.name if row else "GradientTape.gradient"] = "its new function's first call"
 
     def came(self, key: tuple) -> None:
         """``key``'s call is awaited no more (it came, or its region or rent account is gone)."""
@@ -163,6 +168,10 @@ class Regions:
                          if waited < AWAIT_ITERATIONS}
         if self.awaiting:
             self.changed = True
+            for key in self.awaiting:
+                row = self.rows.get(key)
+                self.forming[row.name if row else "GradientTape.gradient"] = \
+                    "its new function's first call, awaited"
 
     def _drop(self, key: tuple) -> None:
         """The region of ``key`` is no longer answered; its functions stay named."""
@@ -356,6 +365,7 @@ class _TracedCall:
     def __init__(self, regions: Regions, key: tuple, row: RegionRow, obj, tensors: list,
                  args: tuple) -> None:
         regions.changed = True
+        regions.forming.setdefault(row.name, "traced on its way to a region")
         self.regions, self.key, self.row, self.obj = regions, key, row, obj
         self.tensors, self.args = tensors, args
         self.objs = objects_of(obj)
