@@ -40,6 +40,8 @@ import numpy as np
 import tensorflow as tf
 from keras.src.ops import node as keras_node
 
+from .state_fingerprints import NUMPY_RANDOM, generator_state, numpy_random_state
+
 _ATOMS = (type(None), bool, int, float, complex, str, bytes)
 _OPAQUE = (tf.Tensor, tf.Variable, keras.Variable, keras.KerasTensor, keras_node.Node,
            types.ModuleType, types.BuiltinFunctionType, types.CodeType)
@@ -207,11 +209,11 @@ class _Walk:
             self.stack += [(getattr(obj, a), path) for a in ("fget", "fset", "__func__")
                            if getattr(obj, a, None) is not None]
         elif isinstance(obj, types.GeneratorType):  # where it stands and its locals
-            self.source(lambda: _generator_state(obj), path)
+            self.source(lambda: generator_state(obj), path)
         elif isinstance(obj, random.Random):  # a generator of the user's own
             self.source(lambda: (hash(obj.getstate()),), path, ["state"])
-        elif isinstance(obj, _NUMPY_RANDOM):  # numpy's draws run in Cython: no watch sees them
-            self.source(lambda: (_numpy_random_state(obj),), path, ["state"])
+        elif isinstance(obj, NUMPY_RANDOM):  # numpy's draws run in Cython: no watch sees them
+            self.source(lambda: (numpy_random_state(obj),), path, ["state"])
         elif isinstance(obj, type):
             if _user(obj):
                 self.source(obj.__dict__.values, path, ".")
@@ -340,28 +342,6 @@ def _attributes(objs: list) -> list[dict]:
     """A fingerprint of each object's attributes: scalars by value, other objects by identity
     (and lists, dicts, sets by length too)."""
     return [{k: _fingerprint(v) for k, v in vars(o).items()} for o in objs]
-
-
-_NUMPY_RANDOM = (np.random.Generator, np.random.RandomState, np.random.BitGenerator)
-
-
-def _numpy_random_state(source) -> int:
-    """A fingerprint of a numpy generator's state (its bit generator's, arrays by bytes)."""
-    bits = getattr(source, "bit_generator", None) or getattr(source, "_bit_generator", source)
-    return hash(_frozen(bits.state))
-
-
-def _frozen(value):
-    if isinstance(value, dict):
-        return tuple((k, _frozen(v)) for k, v in sorted(value.items()))
-    if isinstance(value, np.ndarray):
-        return value.tobytes()
-    return value
-
-
-def _generator_state(generator) -> list:
-    frame = generator.gi_frame
-    return [] if frame is None else [frame.f_lasti, *frame.f_locals.values()]
 
 
 _CALLABLES = (types.FunctionType, types.MethodType, functools.partial)

@@ -28,6 +28,7 @@ class RegionRow:
     hits: int = 0
     misses: int = 0
     refusals: int = 0  # traced calls in a row that showed an effect
+    unlike: int = 0  # traced runs since the last formation that matched no earlier run
     any_shape: bool = False  # answered by its shape family's function for any shape
     last_miss: str = ""  # why the last guard miss happened (kept once formed again)
     objects: int = 0  # a folded row: the collected objects whose rows it holds
@@ -47,7 +48,7 @@ class RegionRow:
             self.state, self.reason, self.refusals = "tracing", reason, 0
 
     def form(self, ops: int) -> None:
-        self.state, self.reason, self.ops, self.refusals = "formed", "", ops, 0
+        self.state, self.reason, self.ops, self.refusals, self.unlike = "formed", "", ops, 0, 0
 
     def collected(self) -> None:
         """Its object was collected: listed still, no longer formed."""
