@@ -131,6 +131,7 @@ class CellRunner:
         Whatever the cell raises propagates; its names stay as the cell left them.
         """
         __tracebackhide__ = True
+        terra.on_note = _print_note  # under the cell, as the summary line
         progress = _watch(terra, options)
         saved = ns.get(TERRA, _MISSING)
         ns[TERRA] = terra
@@ -155,9 +156,15 @@ class CellRunner:
             self._learned[key] = terra.learned
             while len(self._learned) > self.cache_size:
                 self._learned.popitem(last=False)
-        if not options.quiet and (terra.stats or error is None):
+        if not options.quiet and terra.stats:  # no iteration: the Terra's note said why
             print(summary_line(status_of(terra, error)))
             sys.stdout.flush()
+
+
+def _print_note(text: str) -> None:
+    """What the cell's Terra left alone (a compiled ``fit``, nothing to co-execute): one line."""
+    print(f"terra: {text}")
+    sys.stdout.flush()
 
 
 def _restore(ns: dict, saved: Any) -> Any:
