@@ -202,8 +202,9 @@ class Terra(RunnerResults):
             heap.thaw()
             self._keras.close()
             if exc_type is None and not self._stats and not self._notes:
-                self.note("nothing to co-execute: no terra.loop(), terra.step() or Keras step "
-                          "run eagerly (fit, evaluate, predict) in this block; it ran plainly")
+                self.note("nothing to co-execute: no loop (terra.loop, terra.step, a %%terra "
+                          "cell's) and no Keras step run eagerly (fit, evaluate, predict); it "
+                          "ran plainly")
             try:
                 if self._interception is not None:
                     with self._engine.critical():  # a Ctrl-C is raised once Keras is restored
