@@ -120,19 +120,22 @@ def _path(learned: Learned) -> tuple[int, ...]:
 
 def _merge(learned: Learned, trace, signatures) -> tuple[bool, tuple | None]:
     """Merge a traced iteration: whether the TraceGraph covered it, and the first call of it the
-    signature index did not know (None: every call known, what co-execution needs; a loop
-    running a trip count it never ran before grows the TraceGraph, yet every call is known)."""
+    signature index did not know, with why (None: every call known, what co-execution needs;
+    a loop running a trip count it never ran before grows the TraceGraph, yet every call is
+    known). Why is asked before the index learns the call, which then knows it."""
     unknown = learned.index.unknown(signatures)
+    why = None if unknown is None else (unknown, learned.index.why_unknown(unknown))
     covered = learned.builder.merge(trace)
     learned.index.learn(trace, signatures, learned.builder.last_mapping)
-    return covered, unknown
+    return covered, why
 
 
-def _still_tracing(learned: Learned, sig: tuple) -> tuple[str, str, str]:
-    """Why a covered iteration did not make the loop ready: (reason, op type, location)."""
-    reason = learned.index.why_unknown(sig)
+def _still_tracing(learned: Learned, why: tuple, covered: bool) -> tuple[str, str, str]:
+    """Why a traced iteration did not make the loop ready: (reason, op type, location)."""
+    sig, reason = why
     location = learned.locations.locations[sig[1]].text
-    return f"still tracing: a covered iteration made a call not seen before ({reason})", \
+    which = "a covered iteration" if covered else "the iteration"
+    return f"still tracing: {which} made a call not seen before ({reason})", \
         op_type_of(sig[0]), location
 
 
@@ -172,6 +175,7 @@ class CoexecEngine:
         self._one_off: list[bool] = []  # per co-executed iteration: were its segments all new?
         self._ops_seen = (0, 0)
         self._iteration = 0
+        self._traced = 0  # iterations traced (not fallbacks) by this engine
         self._hold = contextlib.ExitStack()
         self.runner = PythonRunner(learned.locations, learned.index, lazy=lazy, xla=xla,
                                    compile_after=compile_after, handles=learned.handles)
@@ -320,8 +324,13 @@ class CoexecEngine:
         result = IterationResult("fallback" if fell_back else "tracing", len(trace.ops),
                                  trace.feeds, trace.fetches, covered, stalls, runner.divergence,
                                  _path(self.learned))
-        if covered and not self.ready and not fell_back and not self.gave_up:
-            result.not_ready = _still_tracing(self.learned, unknown)
+        self._traced += not fell_back
+        # covered, or the third traced iteration (the first two make every loop's calls known):
+        # say why it still traces (a call whose attributes change every iteration, a dataset
+        # made anew each epoch with new functions), or explain() would say "no fallbacks"
+        if (covered or self._traced > 2) and not self.ready and not fell_back \
+                and not self.gave_up:
+            result.not_ready = _still_tracing(self.learned, unknown, covered)
         # a region's new function is new once by construction: no sign of a loop that does
         # not settle, so it does not count towards giving up
         if fell_back and not functions.confirmed(runner.divergence[1]):
