@@ -57,9 +57,8 @@ class StepFunction:
 
     def label(self) -> str:
         """The next call's name: ``fit epoch 2 step 5``, ``evaluate step 3``."""
-        model = self.model()
         if self.kind == "fit":
-            epoch = len(getattr(getattr(model, "history", None), "epoch", ()) or ())
+            epoch = len(getattr(self._history(), "epoch", ()) or ())
             if epoch != self._epoch:
                 self._epoch, self._step = epoch, 0
             text = f"fit epoch {epoch} step {self._step}"
@@ -67,6 +66,20 @@ class StepFunction:
             text = f"{self.kind} step {self._step}"
         self._step += 1
         return text
+
+    def calls_left(self) -> int | None:
+        """How many calls ``fit`` makes from this one on (its History's ``epochs`` and
+        ``steps``), so that compiles and tape regions are rented against the end
+        (``coexec/rental.py``); None: not known (a generator, evaluate, predict)."""
+        params = getattr(self._history(), "params", None) or {}
+        epochs, steps, model = params.get("epochs"), params.get("steps"), self.model()
+        if self.kind != "fit" or not epochs or not steps or model is None:
+            return None
+        per_epoch = -(-steps // max(int(getattr(model, "steps_per_execution", 1) or 1), 1))
+        return max((epochs - self._epoch) * per_epoch - self._step + 1, 1)
+
+    def _history(self):
+        return getattr(self.model(), "history", None)
 
 
 class KerasSteps:
@@ -136,7 +149,9 @@ class KerasSteps:
                            f"its steps run as part of that iteration; call it outside "
                            f"terra.loop()/terra.step() to make each step an iteration")
             return fn.original(data)
-        with self._terra.step(fn.label()):
+        label, left = fn.label(), fn.calls_left()
+        self._terra._expect_end(None if left is None else len(self._terra._stats) + left)
+        with self._terra.step(label):
             return fn.original(data)
 
     def _say_once(self, key: tuple, text: str) -> None:
