@@ -234,6 +234,9 @@ class Terra(RunnerResults):
         """Context manager for one iteration, for loops that are not a ``for`` over an iterable;
         ``label`` names it in ``stats`` and ``explain()``."""
         self._check_open("step()")
+        if not isinstance(label, str):
+            raise TerraUsageError(f"terra.step(label=...) takes a str, got "
+                                  f"{type(label).__name__}")
         return _Step(self, label)
 
     def _iterate(self, iterator: Iterator[Any], length: int | None) -> Iterator[Any]:

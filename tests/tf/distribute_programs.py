@@ -103,12 +103,14 @@ def fit(strategy, loop):
     return history.history, model
 
 
-PROGRAMS = {"epoch_loop": epoch_loop, "run_and_reduce": run_and_reduce, "fit": fit}
+PROGRAMS = {"epoch_loop": epoch_loop, "run_and_reduce": run_and_reduce, "fit": fit,
+            "epoch_loop_xla": epoch_loop}
+OPTIONS = {"epoch_loop_xla": {"xla": True}}  # Terra's options, by program
 
 
-def run(program, strategy, mode: str) -> dict:
-    """``program`` plainly (mode "eager") or under a Terra: its values, weights, printed text
-    and what ran."""
+def run(program, strategy, mode: str, options: dict | None = None) -> dict:
+    """``program`` plainly (mode "eager") or under ``Terra(**options)``: its values, weights,
+    printed text and what ran."""
     from terra_nb import Terra
 
     out = io.StringIO()
@@ -117,7 +119,7 @@ def run(program, strategy, mode: str) -> dict:
             values, model = program(strategy, lambda it: it)
             terra = None
         else:
-            with Terra() as terra:
+            with Terra(**(options or {})) as terra:
                 values, model = program(strategy, terra.loop)
     result = {"values": values, "weights": [w.numpy().tolist() for w in model.weights],
               "printed": out.getvalue()}
@@ -157,7 +159,7 @@ def main(argv: list[str]) -> None:
         strategy = two_logical_cpus()
         program = PROGRAMS[argv[0]]
         result = {"eager": run(program, strategy, "eager"),
-                  "coexec": run(program, strategy, "coexec")}
+                  "coexec": run(program, strategy, "coexec", OPTIONS.get(argv[0]))}
     print(json.dumps(result))
 
 

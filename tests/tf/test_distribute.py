@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 HERE = Path(__file__).parent
@@ -72,6 +73,20 @@ def test_mirrored_epoch_loop_coexecutes_from_the_third_epoch():
     _assert_equal(eager, coexec)
     assert coexec["phases"] == ["tracing", "tracing"] + ["coexec"] * 4, coexec["explain"]
     assert coexec["explain"] == [] and coexec["notes"] == []
+    _replica_ops_ran_on_both_devices(coexec)
+
+
+def test_mirrored_epoch_loop_with_xla():
+    """``Terra(xla=True)``: a segment whose ops span the replicas' devices runs without XLA,
+    and one XLA cannot launch (a replica's variable on another device than its cluster's) runs
+    compiled without it; they raised ``InvalidArgumentError: Trying to access resource ...
+    located in device ...CPU:1 from device ...CPU:0`` (and the loop then hung). XLA rounds
+    some sums its own way: values within 1e-6 of eager."""
+    eager, coexec = _mirrored("epoch_loop_xla")
+    np.testing.assert_allclose(coexec["values"], eager["values"], rtol=1e-6, atol=1e-6)
+    for a, b in zip(coexec["weights"], eager["weights"]):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    assert coexec["phases"] == ["tracing", "tracing"] + ["coexec"] * 4, coexec["explain"]
     _replica_ops_ran_on_both_devices(coexec)
 
 

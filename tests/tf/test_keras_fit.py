@@ -185,3 +185,14 @@ def test_a_block_without_a_loop_or_fit_runs_plainly_and_says_so():
         total = float(np.sum(np.ones(3)))
     assert total == 3.0 and terra.stats == ()
     assert len(terra.notes) == 1 and terra.notes[0].startswith("nothing to co-execute")
+
+
+def test_a_step_label_names_the_iteration_and_must_be_text():
+    from terra_nb import Terra, TerraUsageError
+
+    with Terra() as terra:
+        with terra.step(label="warm-up"):
+            pass
+        with pytest.raises(TerraUsageError, match="takes a str, got int"):
+            terra.step(label=3)
+    assert [s.label for s in terra.stats] == ["warm-up"]
