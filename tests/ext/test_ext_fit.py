@@ -9,6 +9,9 @@ import re
 
 from ext_helpers import assert_same, plain_and_terra
 
+from kernel_ext.progress import progress_text
+from kernel_ext.report import text_timeline
+
 SETUP = """
 import keras, numpy as np
 keras.utils.set_random_seed(0)
@@ -50,6 +53,10 @@ def test_a_cell_calling_fit_run_eagerly_coexecutes_its_steps(ip, capsys):
     assert terra.stats[0].label == "fit epoch 0 step 0"
     assert _summary(terra_run.out) and _summary(terra_run.out)[0].startswith(
         "terra[coexec]: 32 iterations")
+    # the views name each step: the timeline's rows and the progress line
+    assert text_timeline(terra.stats).splitlines()[-2].endswith("fit epoch 3 step 7")
+    assert progress_text(5, "coexec", 9.0, "fit epoch 0 step 5") == \
+        "terra: iteration 5 (fit epoch 0 step 5) | coexec | 9.0 it/s"
 
 
 def test_an_epoch_loop_around_fit_makes_the_steps_the_iterations(ip, capsys):
