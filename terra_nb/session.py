@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import heap
+from .capture.replica_threads import in_replica_thread
 from .errors import TerraError, TerraUsageError
 from .keras_steps import KerasSteps
 from .loop_length import loop_length
@@ -161,6 +162,11 @@ class Terra(RunnerResults):
             raise TerraUsageError(
                 "a Terra context is already open in this thread; Terra contexts cannot be nested"
             )
+        if in_replica_thread():  # one Terra per replica, interleaved at every merge_call
+            raise TerraUsageError(
+                "a Terra cannot be opened inside strategy.run's function (a replica's thread); "
+                "open it around the loop that calls strategy.run: the replicas' ops then run "
+                "in that Terra's iterations")
         self._engine = self._make_engine()
         if self.use_regions:
             tapes = self.use_regions != "calls"

@@ -19,6 +19,7 @@ co-executed). TensorFlow offers no seam for a replica thread's set-up, so its co
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -64,3 +65,9 @@ def uninstall() -> None:
     if _originals:
         thread = mirrored_run._MirroredReplicaThread
         thread.__init__, thread.run = _originals.pop("init"), _originals.pop("run")
+
+
+def in_replica_thread() -> bool:
+    """Whether this thread runs a replica of ``strategy.run``'s function."""
+    thread = getattr(mirrored_run, "_MirroredReplicaThread", None)
+    return thread is not None and isinstance(threading.current_thread(), thread)

@@ -151,10 +151,27 @@ def worker(index: int, ports: list[str], mode: str) -> dict:
     return run(run_and_reduce, strategy, mode)
 
 
+def terra_in_replica(strategy) -> dict:
+    """A Terra opened inside ``strategy.run``'s function: the error the user gets."""
+    from terra_nb import Terra
+
+    def replica_fn():
+        with Terra():
+            pass
+
+    try:
+        strategy.run(replica_fn)
+    except Exception as error:  # noqa: BLE001 - reported to the test
+        return {"error": type(error).__name__, "message": str(error)}
+    return {"error": None}
+
+
 def main(argv: list[str]) -> None:
     faulthandler.dump_traceback_later(DEADLINE, exit=True)  # never outlives its test
     if argv[0] == "worker":
         result = worker(int(argv[1]), argv[2].split(","), argv[3])
+    elif argv[0] == "terra_in_replica":
+        result = terra_in_replica(two_logical_cpus())
     else:
         strategy = two_logical_cpus()
         program = PROGRAMS[argv[0]]

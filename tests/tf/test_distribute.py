@@ -106,6 +106,19 @@ def test_mirrored_fit_run_eagerly_coexecutes_each_step():
     _replica_ops_ran_on_both_devices(coexec)
 
 
+def test_a_terra_inside_strategy_run_is_a_usage_error():
+    """One Terra per replica thread, interleaved at every merge_call, broke each other's
+    region formation (an AttributeError from deep inside); the user is told where to open it."""
+    done = subprocess.run([sys.executable, str(SCRIPT), "terra_in_replica"], capture_output=True,
+                          text=True, timeout=TIMEOUT, env=_env(), cwd=HERE)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = _result(done.stdout)
+    assert result["error"] == "TerraUsageError", result
+    assert result["message"].startswith(
+        "a Terra cannot be opened inside strategy.run's function (a replica's thread); open it "
+        "around the loop that calls strategy.run"), result
+
+
 def _free_ports(n: int) -> list[int]:
     sockets = [socket.socket() for _ in range(n)]
     try:
