@@ -16,11 +16,16 @@ Run a training loop under terra-nb
             ...                               #   each iteration is one Terra iteration
         print("done")                         # runs normally
 
-    A cell without a loop runs as one iteration. Names the cell assigns land in the user
-    namespace exactly as in a plain cell; ``break``/``continue``/``else``, functions and classes
-    defined in the cell, and tracebacks pointing at the cell's lines all work as usual. The
-    last expression of the cell is displayed as in a plain cell. Running the same cell again
-    (same body, same engine options) continues from the TraceGraph the earlier runs built.
+    A Keras ``fit``, ``evaluate`` or ``predict`` in a cell without a loop (or in an epoch loop
+    around it) whose steps run eagerly (``compile(..., run_eagerly=True)``) is co-executed:
+    each step is one iteration, Keras's loop, callbacks and progress bar run as written; a
+    ``fit`` Keras compiled is left alone, with one line saying so. A cell with neither a loop
+    nor such a step runs plainly, with one line saying there was nothing to co-execute.
+    Names the cell assigns land in the user namespace exactly as in a plain cell;
+    ``break``/``continue``/``else``, functions and classes defined in the cell, and tracebacks
+    pointing at the cell's lines all work as usual. The last expression of the cell is
+    displayed as in a plain cell. Running the same cell again (same body, same engine options)
+    continues from the TraceGraph the earlier runs built.
     During a long loop one progress line (iteration, phase, iterations/s) updates in place; a
     one-line summary follows the cell. Ctrl-C (interrupt the kernel) stops the loop; the
     variables are as eager execution left them at that point.

@@ -134,6 +134,7 @@ class CellRunner:
         Whatever the cell raises propagates; its names stay as the cell left them.
         """
         __tracebackhide__ = True
+        terra.on_note = _print_note  # under the cell, as the summary line
         progress = _watch(terra, options)
         saved = ns.get(TERRA, _MISSING)
         ns[TERRA] = terra
@@ -162,7 +163,7 @@ class CellRunner:
             self._learned[key] = terra.learned
             while len(self._learned) > self.cache_size:
                 self._learned.popitem(last=False)
-        if not options.quiet and (terra.stats or error is None):
+        if not options.quiet and terra.stats:  # no iteration: the Terra's note said why
             print(("" if fresh else "\n") + summary_line(status_of(terra, error)))
             if options.viz and options.terminal:  # the views a terminal can show: text
                 print(graph_listing(terra.graph))
@@ -186,6 +187,12 @@ def without_our_frames(tb: TracebackType | None) -> TracebackType | None:
     for frame in reversed(frames):
         out = TracebackType(out, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
     return out
+
+
+def _print_note(text: str) -> None:
+    """What the cell's Terra left alone (a compiled ``fit``, nothing to co-execute): one line."""
+    print(f"terra: {text}")
+    sys.stdout.flush()
 
 
 def _restore(ns: dict, saved: Any) -> Any:

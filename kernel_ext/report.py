@@ -236,6 +236,7 @@ def _timeline_row(s: Any) -> str:
     ops = "-" if s.ops is None else str(s.ops)
     graph = {True: "covered", False: "new", None: "-"}[s.covered]
     mark = "" if s.ended == "completed" else f"  ({s.ended})"
+    mark += f"  {s.label}" if getattr(s, "label", "") else ""  # a Keras step: which
     times = "".join(f"{_ms(s, c):>13.2f}" for c in TIMELINE_COLUMNS)
     wall = (s.t_end - s.t_start) * 1e3
     return f"{s.iteration:>5}  {s.phase:<9}{wall:>9.2f}{times}{ops:>6}  {graph}{mark}"

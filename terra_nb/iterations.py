@@ -44,6 +44,7 @@ class IterationStats:
     regions_forming: bool = False
     why: str = ""
     graph_compile: float = 0.0
+    label: str = ""  # a Keras step's (``fit 1 epoch 2 step 5``) or ``terra.step(label=...)``
 
 
 def why_of(result, forming: str | None) -> str:

@@ -17,9 +17,12 @@ STILL_TRACING = "still tracing"
 
 def merge_trace(learned: Any, trace, signatures) -> tuple[bool, tuple | None]:
     """Merge a traced iteration: whether the TraceGraph covered it, and the first call of it the
-    signature index did not know (None: every call known, what co-execution needs; a loop
-    running a trip count it never ran before grows the TraceGraph, yet every call is known)."""
-    unknown = learned.index.unknown(signatures)
+    signature index did not know with why (``(sig, why)``; None: every call known, what
+    co-execution needs; a loop running a trip count it never ran before grows the TraceGraph,
+    yet every call is known). Why is asked before the index learns the call, which then knows
+    it."""
+    sig = learned.index.unknown(signatures)
+    unknown = None if sig is None else (sig, learned.index.why_unknown(sig))
     covered = learned.builder.merge(trace)
     learned.index.learn(trace, signatures, learned.builder.last_mapping)
     return covered, unknown
@@ -31,17 +34,18 @@ def last_path(learned: Any) -> tuple[int, ...]:
     return tuple(mapping[i] for i in sorted(mapping))
 
 
-def unknown_call(learned: Any, sig: tuple) -> tuple[str, str, str]:
-    """A call the index did not know: (why not, its op type, its location)."""
-    location = learned.locations.locations[sig[1]].text
-    return learned.index.why_unknown(sig), op_type_of(sig[0]), location
+def unknown_call(learned: Any, unknown: tuple) -> tuple[str, str, str]:
+    """A call the index did not know (``merge_trace``'s): (why not, its op type, its
+    location)."""
+    sig, why = unknown
+    return why, op_type_of(sig[0]), learned.locations.locations[sig[1]].text
 
 
-def still_tracing(learned: Any, sig: tuple) -> tuple[str, str, str]:
-    """Why a covered iteration did not make the loop ready: (reason, op type, location)."""
-    reason, op_type, location = unknown_call(learned, sig)
-    return f"{STILL_TRACING}: a covered iteration made a call not seen before ({reason})", \
-        op_type, location
+def still_tracing(learned: Any, unknown: tuple, covered: bool) -> tuple[str, str, str]:
+    """Why a traced iteration did not make the loop ready: (reason, op type, location)."""
+    reason, op_type, location = unknown_call(learned, unknown)
+    which = "a covered iteration" if covered else "the iteration"
+    return f"{STILL_TRACING}: {which} made a call not seen before ({reason})", op_type, location
 
 
 def why_traced(learned: Any, unknown: tuple | None, covered: bool, first: bool) -> str:

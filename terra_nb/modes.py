@@ -154,6 +154,7 @@ class CoexecEngine:
         self._one_off: list[bool] = []  # per co-executed iteration: were its segments all new?
         self._ops_seen = (0, 0)
         self._iteration = 0
+        self._traced = 0  # iterations traced (not fallbacks) by this engine
         self._hold = contextlib.ExitStack()
         self.runner = PythonRunner(learned.locations, learned.index, lazy=lazy, xla=xla,
                                    compile_after=compile_after, handles=learned.handles)
@@ -305,8 +306,13 @@ class CoexecEngine:
         result = IterationResult("fallback" if fell_back else "tracing", len(trace.ops),
                                  trace.feeds, trace.fetches, covered, stalls, runner.divergence,
                                  last_path(self.learned))
-        if covered and not self.ready and not fell_back and not self.gave_up:
-            result.not_ready = still_tracing(self.learned, unknown)
+        self._traced += not fell_back
+        # covered, or the third traced iteration (the first two make every loop's calls known):
+        # say why it still traces (a call whose attributes change every iteration, a dataset
+        # made anew each epoch with new functions), or explain() would say "no fallbacks"
+        if (covered or self._traced > 2) and unknown is not None and not self.ready \
+                and not fell_back and not self.gave_up:
+            result.not_ready = still_tracing(self.learned, unknown, covered)
         if not fell_back:
             result.why = (f"gave up: {self.max_fallbacks} fallbacks within {self.window} "
                           f"iterations; tracing for the rest of the loop" if self.gave_up else

@@ -24,12 +24,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import heap, modes
+from .capture.replica_threads import in_replica_thread
 from .errors import TerraError, TerraUsageError
 from .iterations import IterationStats, traced_runs, why_of
+from .keras_steps import KerasSteps
 from .loop_length import loop_length
 from .modes import CoexecEngine, EagerEngine, IterationResult, Learned, TraceEngine
 from .options import MODES, check_options, warn_xla_once
 from .regions import Explained, Interception, RegionSummary
+from .runner_results import RunnerResults
 from .timeline import RunnerSpan, SpanFeed, SpanLog, exec_spans
 from .trace.tracegraph import TraceGraph
 
@@ -38,32 +41,40 @@ _open = threading.local()  # the Terra whose context is open in this thread
 
 @dataclass(frozen=True, slots=True)
 class Fallback:
-    """One iteration that left co-execution: why, at which op, at which user source line."""
+    """One iteration that left co-execution: why, at which op, at which user source line;
+    ``label``: the iteration's (a Keras step's ``fit 1 epoch 2 step 5``), if any."""
 
     iteration: int
     reason: str
     op_type: str
     location: str
+    label: str = ""
 
     def __str__(self) -> str:
+        which = f"iteration {self.iteration}" + (f" ({self.label})" if self.label else "")
         if not self.location:  # not at an op: ``op_type`` says where ("(end of iteration)")
-            return f"iteration {self.iteration}: {self.reason} {self.op_type}"
-        return f"iteration {self.iteration}: {self.reason} at {self.op_type} ({self.location})"
+            return f"{which}: {self.reason} {self.op_type}"
+        return f"{which}: {self.reason} at {self.op_type} ({self.location})"
+
+
+def print_note(text: str) -> None:
+    """How a Terra says what it did not co-execute, by default: one line on stderr."""
+    print(f"terra-nb: {text}", file=sys.stderr)
 
 
 class _Step:
-    def __init__(self, terra: Terra) -> None:
-        self._terra = terra
+    def __init__(self, terra: Terra, label: str) -> None:
+        self._terra, self._label = terra, label
 
     def __enter__(self) -> Terra:
-        self._terra._begin(sys._getframe(1))
+        self._terra._begin(sys._getframe(1), self._label)
         return self._terra
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._terra._end("completed" if exc_type is None else "stopped")
 
 
-class Terra:
+class Terra(RunnerResults):
     """Runs a training loop under terra-nb; see the module docstring."""
 
     def __init__(
@@ -115,6 +126,10 @@ class Terra:
         self._t_start = 0.0
         self.last_path: tuple[int, ...] = ()  # TraceGraph nodes of the last iteration
         self._named_graph: tuple | None = None  # (builder's graph, calls known, named graph)
+        self._label = ""  # the open iteration's
+        self._notes: list[str] = []
+        self.on_note: Callable[[str], None] = print_note  # a notebook shows notes its own way
+        self._keras = KerasSteps(self)
 
     # -- context ----------------------------------------------------------------------------
 
@@ -125,6 +140,11 @@ class Terra:
             raise TerraUsageError(
                 "a Terra context is already open in this thread; Terra contexts cannot be nested"
             )
+        if in_replica_thread():  # one Terra per replica, interleaved at every merge_call
+            raise TerraUsageError(
+                "a Terra cannot be opened inside strategy.run's function (a replica's thread); "
+                "open it around the loop that calls strategy.run: the replicas' ops then run "
+                "in that Terra's iterations")
         self._engine = self._make_engine()
         if self.use_regions:
             tapes = self.use_regions != "calls"
@@ -141,6 +161,7 @@ class Terra:
                 heap.freeze()  # no full garbage collection walks TensorFlow's objects in the loop
                 _open.terra = self
                 self._state = "open"
+                self._keras.open()  # Keras's step functions: one iteration per step
         except BaseException:
             self.__exit__(None, None, None)  # ... and closes it: no runner, hook or handler left
             raise
@@ -163,6 +184,11 @@ class Terra:
             _open.terra = None
             self._state = "closed"
             heap.thaw()
+            self._keras.close()
+            if exc_type is None and not self._stats and not self._notes:
+                self.note("nothing to co-execute: no loop (terra.loop, terra.step, a %%terra "
+                          "cell's) and no Keras step run eagerly (fit, evaluate, predict); it "
+                          "ran plainly")
             try:
                 if self._interception is not None:
                     with self._engine.critical():  # a Ctrl-C is raised once Keras is restored
@@ -188,16 +214,20 @@ class Terra:
             ) from None
         return self._iterate(iterator, loop_length(iterable))
 
-    def step(self) -> _Step:
-        """Context manager for one iteration, for loops that are not a ``for`` over an iterable."""
+    def step(self, label: str = "") -> _Step:
+        """Context manager for one iteration, for loops that are not a ``for`` over an iterable;
+        ``label`` names it in ``stats`` and ``explain()``."""
         self._check_open("step()")
-        return _Step(self)
+        if not isinstance(label, str):
+            raise TerraUsageError(f"terra.step(label=...) takes a str, got "
+                                  f"{type(label).__name__}")
+        return _Step(self, label)
 
     def _iterate(self, iterator: Iterator[Any], length: int | None) -> Iterator[Any]:
         self._expect_end(None if length is None else len(self._stats) + length)
         try:
             for item in iterator:  # the iterable's own ops run outside any iteration: feeds
-                self._begin(sys._getframe(1))
+                self._begin(sys._getframe(1), "")
                 ended = "stopped"
                 try:
                     yield item
@@ -221,10 +251,16 @@ class Terra:
         if self._state == "closed":
             raise TerraUsageError(f"{what} on a closed Terra; create a new Terra for a new loop")
 
-    def _begin(self, root_frame) -> None:
+    @property
+    def in_iteration(self) -> bool:
+        """Whether an iteration is running (``terra.loop``'s body, ``terra.step()``)."""
+        return self._iteration is not None
+
+    def _begin(self, root_frame, label: str) -> None:
         self._check_open("an iteration")
         if self._iteration is not None:
             raise TerraUsageError("a Terra iteration is already running; iterations cannot nest")
+        self._label = label
         iteration = ExitStack()
         settling = self._interception is not None and self._interception.settling()
         self._forming = settling and self._engine.keep_tracing()  # traced while regions form
@@ -265,16 +301,16 @@ class Terra:
         stall = sum(s.duration for s in python if s.kind == "stall")
         self._take_graph_spans(python)
         if result.fallback is not None:
-            self._fallbacks.append(Fallback(index, *result.fallback))
+            self._fallbacks.append(Fallback(index, *result.fallback, self._label))
         elif result.not_ready is not None:
-            self._fallbacks.append(Fallback(index, *result.not_ready))
+            self._fallbacks.append(Fallback(index, *result.not_ready, self._label))
         self.last_path = result.path
         stats = IterationStats(
             iteration=index, phase=result.phase, t_start=self._t_start, t_end=t_end,
             python_exec=t_end - self._t_start - stall, python_stall=stall, graph_exec=0.0,
             graph_stall=0.0, ops=result.ops, feeds=result.feeds, fetches=result.fetches,
             covered=result.covered, ended=ended,
-            regions_forming=self._forming and result.phase != "coexec",
+            regions_forming=self._forming and result.phase != "coexec", label=self._label,
             why=why_of(result, self._interception.forming if self._forming else None),
         )
         self._stats.append(stats)
@@ -298,6 +334,17 @@ class Terra:
         self._listeners.append(listener)
 
     # -- results ----------------------------------------------------------------------------
+
+    def note(self, text: str) -> None:
+        """Say one thing this Terra left alone or could not co-execute (``notes``), through
+        ``on_note`` (a line on stderr; a notebook prints it under the cell)."""
+        self._notes.append(text)
+        self.on_note(text)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What this Terra said it left alone (a compiled ``fit``, a block with no loop)."""
+        return tuple(self._notes)
 
     def explain(self) -> Explained:
         """Every fallback so far, and every covered iteration that still traced: iteration,
@@ -330,59 +377,6 @@ class Terra:
             named = tuple(c for op, c in sorted(calls.items()) if op in present)
             self._named_graph = cached = (g, len(calls), replace(g, region_calls=named))
         return cached[2]
-
-    @property
-    def programs(self) -> tuple:
-        """The graph segments run so far, compiled or not yet (co-execution modes); ``str()`` of
-        each lists its ops."""
-        runner = getattr(self._engine, "runner", None)
-        return runner.graph.programs if runner is not None else ()
-
-    @property
-    def compiled_segments(self) -> int:
-        """How many of ``programs`` are compiled (see ``compile_after``)."""
-        runner = getattr(self._engine, "runner", None)
-        return runner.graph.compiled if runner is not None else 0
-
-    @property
-    def program(self):
-        """The generated whole program (``Terra(program="whole")``) of the TraceGraph, once
-        co-execution has begun, else None; ``print()`` it to see its cases and loops."""
-        return getattr(self._engine, "program", None)
-
-    @property
-    def runs_op_by_op(self) -> int:
-        """Graph segment runs that executed their ops one by one (not compiled yet, or not
-        compilable)."""
-        runner = getattr(self._engine, "runner", None)
-        return runner.graph.interpreted if runner is not None else 0
-
-    @property
-    def spans(self) -> tuple[RunnerSpan, ...]:
-        """Both runners' spans of the last ``keep_spans`` iterations, in iteration order."""
-        self._take_graph_spans()
-        return self._spans.spans()
-
-    @property
-    def stats(self) -> tuple[IterationStats, ...]:
-        """One record per iteration, in order (graph times from the GraphRunner's spans)."""
-        self._take_graph_spans()
-        times = self._spans.graph_times
-        if not times:
-            return tuple(self._stats)
-        return tuple(
-            replace(s, graph_exec=times[i][0], graph_stall=times[i][1], graph_compile=times[i][2])
-            if i in times else s
-            for i, s in enumerate(self._stats)
-        )
-
-    def _take_graph_spans(self, python: Iterable[RunnerSpan] = ()) -> None:
-        """Log ``python`` spans and the GraphRunner's new spans (written by its thread)."""
-        runner = getattr(self._engine, "runner", None)
-        with self._span_lock:  # the loop's thread and a view's may ask at once
-            self._spans.add(python)
-            if runner is not None:
-                self._spans.add(self._graph_feed.take(runner.graph.spans))
 
 
 __all__ = ["MODES", "Fallback", "IterationStats", "Learned", "Terra"]

@@ -396,4 +396,3 @@ class GraphRunner:
                     f"(node {placeholder.node}); the op's output shape depends on input values"
                 )
             placeholder.resolve(value)
-

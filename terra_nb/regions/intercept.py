@@ -26,7 +26,7 @@ from tensorflow.python.eager.polymorphic_function import concrete_function, poly
 from ..timeline import RunnerSpan
 from .function_calls import spy_call_flat
 from .hidden_frames import HiddenFrames
-from .python_state import WRITES_COUNTED, count_write, forget_writes, same_value
+from .python_state import FIT_STATE, WRITES_COUNTED, count_write, forget_writes, same_value
 from .table import Regions
 
 
@@ -58,7 +58,9 @@ def _counting(original):
     def __setattr__(self, name, value):  # noqa: N807 - it replaces __setattr__
         # Keras assigns ``built`` and ``_called`` again on every call (the same object); a loop
         # may assign a scheduled float that stopped changing (an equal new object): no change
-        if not same_value(getattr(self, "__dict__", {}).get(name, _MISSING), value):
+        # (``fit`` sets a model's ``history`` and step functions: the loop's, never a call's)
+        if name not in FIT_STATE and not same_value(getattr(self, "__dict__", {}).get(
+                name, _MISSING), value):
             count_write(self)
         original(self, name, value)
 

@@ -50,13 +50,20 @@ _LIBRARIES = ("keras", "tensorflow", "numpy", "builtins", "tf_keras", "terra_nb"
 _LIBRARY_DIRS = tuple(sorted({os.path.realpath(sysconfig.get_paths()[k])
                               for k in ("stdlib", "platstdlib", "purelib", "platlib")}))
 # Keras's layer graph and checkpoint tracking: links to layers the roots list, never read by a
-# call's arithmetic; ``_auto_config``: the constructor's arguments, read by ``get_config``
-_PLUMBING = frozenset({
+# call's arithmetic; ``_auto_config``: the constructor's arguments, read by ``get_config``;
+# what ``fit``/``evaluate``/``predict`` keep on a model between steps (the ``History`` that grows
+# every epoch, the validation data's iterator, the step functions, the stop flags): the
+# training loop's, which a model's call never reads (a region in ``fit`` missed every epoch)
+PLUMBING = frozenset({
     "_inbound_nodes", "_outbound_nodes", "_keras_history", "_tracker", "_functional",
     "_nodes_by_depth", "_operations_by_depth", "_auto_config",
     "_self_saveable_object_factories", "_self_unconditional_checkpoint_dependencies",
     "_self_unconditional_dependency_names", "_self_unconditional_deferred_dependencies",
     "_self_name_based_restores"})
+FIT_STATE = frozenset({
+    "history", "_eval_epoch_iterator", "train_function", "test_function", "predict_function",
+    "stop_training", "stop_evaluating", "stop_predicting"})
+PLUMBING |= FIT_STATE
 SMALL_ARRAY = 4096  # numpy arrays up to this many elements are compared by content
 MAX_VALUES = 200_000  # beyond, the state is too large to compare on every hit
 _EMPTY = object()  # an empty closure cell
@@ -153,7 +160,7 @@ class _Walk:
 
     def push_items(self, d, path: str, dotted: bool = False) -> None:
         for k, v in list(d.items()):
-            if type(v) not in _ATOMS and not (dotted and k in _PLUMBING):
+            if type(v) not in _ATOMS and not (dotted and k in PLUMBING):
                 self.stack.append((v, f"{path}.{k}" if dotted else f"{path}[{k!r}]"))
 
     def source(self, source, path: str, names=None) -> None:
@@ -341,7 +348,7 @@ def _fingerprint(value):
 def _attributes(objs: list) -> list[dict]:
     """A fingerprint of each object's attributes: scalars by value, other objects by identity
     (and lists, dicts, sets by length too)."""
-    return [{k: _fingerprint(v) for k, v in vars(o).items()} for o in objs]
+    return [{k: _fingerprint(v) for k, v in vars(o).items() if k not in FIT_STATE} for o in objs]
 
 
 _CALLABLES = (types.FunctionType, types.MethodType, functools.partial)
