@@ -7,6 +7,9 @@
     terra.stats                      # one IterationStats per iteration
     terra.explain()                  # every fallback, with its reason and source line
 
+Keras's ``fit``, ``evaluate`` and ``predict`` make iterations too, one per step Keras runs eagerly
+(``keras_steps.py``); what a Terra leaves alone it says in one line (``notes``).
+
 Modes: ``coexec`` traces until an iteration is covered, then co-executes (the PythonRunner runs
 ahead answering ops with placeholders; the GraphRunner runs the confirmed ops as compiled segments
 in its own thread); ``lazy``: the graph runs only when Python waits for it; ``trace`` runs eagerly
