@@ -148,10 +148,9 @@ class Terra(RunnerResults):
         self._fallbacks: list[Fallback] = []
         self._listeners: list[Callable[[IterationStats], None]] = []
         self._iteration: ExitStack | None = None
-        self._t_start = 0.0
+        self._t_start, self._label = 0.0, ""  # the open iteration's
         self.last_path: tuple[int, ...] = ()  # TraceGraph nodes of the last iteration
         self._named_graph: tuple | None = None  # (builder's graph, calls known, named graph)
-        self._label = ""  # the open iteration's
         self._notes: list[str] = []
         self.on_note: Callable[[str], None] = print_note  # a notebook shows notes its own way
         self._keras = KerasSteps(self)
