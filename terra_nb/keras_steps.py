@@ -33,6 +33,7 @@ import tensorflow as tf
 _MAKERS = {"make_train_function": ("train_function", "fit"),
            "make_test_function": ("test_function", "evaluate"),
            "make_predict_function": ("predict_function", "predict")}
+_ATTR_OF = {kind: attr for attr, kind in _MAKERS.values()}  # "fit" -> "train_function"
 _local = threading.local()  # steps: the KerasSteps of the Terra open in this thread
 _lock = threading.Lock()
 _users = 0  # open KerasSteps (one per open Terra, in any thread)
@@ -108,7 +109,7 @@ class KerasSteps:
             _local.steps = None
         for fn in self._wrapped:
             model = fn.model()
-            attr = _MAKERS[_MAKER_OF[fn.kind]][0]
+            attr = _ATTR_OF[fn.kind]
             if model is not None and getattr(model, attr, None) is fn:
                 setattr(model, attr, fn.original)
         self._wrapped.clear()
@@ -119,7 +120,7 @@ class KerasSteps:
 
     def adopt(self, model: Any, kind: str) -> None:
         """``model`` made its step function for ``kind``: stand in for it."""
-        attr = _MAKERS[_MAKER_OF[kind]][0]
+        attr = _ATTR_OF[kind]
         fn = getattr(model, attr, None)
         if fn is None:
             return
@@ -159,8 +160,6 @@ class KerasSteps:
             self._said.add(key)
             self._terra.note(text)
 
-
-_MAKER_OF = {kind: maker for maker, (_, kind) in _MAKERS.items()}
 
 
 def _make(original, kind: str):

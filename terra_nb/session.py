@@ -7,6 +7,9 @@
     terra.stats                      # one IterationStats per iteration
     terra.explain()                  # every fallback, with its reason and source line
 
+Keras's ``fit``, ``evaluate`` and ``predict`` make iterations too, one per step Keras runs eagerly
+(``keras_steps.py``); what a Terra leaves alone it says in one line (``notes``).
+
 Modes: ``coexec`` traces until an iteration is covered, then co-executes (the PythonRunner runs
 ahead answering ops with placeholders; the GraphRunner runs the confirmed ops as compiled segments
 in its own thread); ``lazy``: the graph runs only when Python waits for it; ``trace`` runs eagerly
@@ -123,10 +126,9 @@ class Terra(RunnerResults):
         self._fallbacks: list[Fallback] = []
         self._listeners: list[Callable[[IterationStats], None]] = []
         self._iteration: ExitStack | None = None
-        self._t_start = 0.0
+        self._t_start, self._label = 0.0, ""  # the open iteration's
         self.last_path: tuple[int, ...] = ()  # TraceGraph nodes of the last iteration
         self._named_graph: tuple | None = None  # (builder's graph, calls known, named graph)
-        self._label = ""  # the open iteration's
         self._notes: list[str] = []
         self.on_note: Callable[[str], None] = print_note  # a notebook shows notes its own way
         self._keras = KerasSteps(self)
