@@ -120,9 +120,8 @@ class Terra(RunnerResults):
         self._state = "new"  # new -> open -> closed
         self._engine: Any = None
         self._stats: list[IterationStats] = []
-        self._spans = SpanLog(keep_spans)
-        self._graph_feed = SpanFeed()
-        self._span_lock = threading.Lock()
+        self._spans, self._graph_feed, self._span_lock = SpanLog(keep_spans), SpanFeed(), \
+            threading.Lock()
         self._fallbacks: list[Fallback] = []
         self._listeners: list[Callable[[IterationStats], None]] = []
         self._iteration: ExitStack | None = None
