@@ -117,8 +117,7 @@ class Terra(RunnerResults):
         self.mode, self.max_fallbacks, self.strict = mode, max_fallbacks, strict
         self.xla, self.compile_after, self.program_kind = xla, compile_after, program
         self.learned = learned if learned is not None else Learned()
-        self._state = "new"  # new -> open -> closed
-        self._engine: Any = None
+        self._state, self._engine = "new", None  # state: new -> open -> closed
         self._stats: list[IterationStats] = []
         self._spans, self._graph_feed, self._span_lock = SpanLog(keep_spans), SpanFeed(), \
             threading.Lock()
