@@ -104,6 +104,19 @@ def test_what_the_arguments_hold_is_guarded(arguments):
     assert row.hits >= 3, str(terra.regions)
 
 
+def train(loop, model, lossf, data: list):
+    """Adam on ``lossf(y, model(x))`` over ``data``: (each step's loss, the model's variables)."""
+    opt = keras.optimizers.Adam(0.01)
+    out = []
+    for x, y in loop(data):
+        with tf.GradientTape() as tape:
+            loss = lossf(y, model(x))
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                model.trainable_variables))
+        out.append(float(loss))
+    return out, [v.numpy() for v in model.variables]
+
+
 def masked_loss(loop):
     """Embedding(mask_zero) + Dense, a Keras loss: the loss reads ``y_pred._keras_mask``."""
     rs = np.random.RandomState(0)
@@ -117,15 +130,7 @@ def masked_loss(loop):
                               keras.layers.Embedding(20, 4, mask_zero=True),
                               keras.layers.Dense(3)])
     lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    opt = keras.optimizers.Adam(0.01)
-    out = []
-    for x, y in loop(data):
-        with tf.GradientTape() as tape:
-            loss = lossf(y, model(x))
-        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-                                model.trainable_variables))
-        out.append(float(loss))
-    return out, [v.numpy() for v in model.variables]
+    return train(loop, model, lossf, data)
 
 
 def softmax_classifier(loop):
@@ -136,15 +141,7 @@ def softmax_classifier(loop):
              tf.constant(np.eye(3, dtype="float32")[rs.randint(0, 3, 8)])) for _ in range(STEPS)]
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
     lossf = keras.losses.CategoricalCrossentropy()
-    opt = keras.optimizers.Adam(0.01)
-    out = []
-    for x, y in loop(data):
-        with tf.GradientTape() as tape:
-            loss = lossf(y, model(x))
-        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-                                model.trainable_variables))
-        out.append(float(loss))
-    return out, [v.numpy() for v in model.variables]
+    return train(loop, model, lossf, data)
 
 
 @pytest.mark.parametrize(("program", "loss"), [
