@@ -38,13 +38,15 @@ def kernel_state(op_type: str) -> bool:
     runs one. Eager keeps one kernel per op and function; a new function made of such an op (a
     compiled segment, a region) starts that state again."""
     op_def = op_def_registry.get(op_type)
-    if op_def is not None:
+    if op_def is not None:  # an op that calls functions (a call, If, While) is judged by them
         return op_def.is_stateful and op_type not in STATELESS_STATEFUL and not any(
-            a.type == _RESOURCE for a in op_def.input_arg)
+            a.type == _RESOURCE for a in op_def.input_arg) and not any(
+            a.type in ("func", "list(func)") for a in op_def.attr)
     fdef = function_def(op_type)
     if fdef is None:
         return False
-    called = [a.func.name for node in fdef.node_def for a in node.attr.values() if a.func.name]
+    called = [f.name for node in fdef.node_def for a in node.attr.values()
+              for f in ([a.func] if a.func.name else list(a.list.func))]
     return any(kernel_state(node.op) for node in fdef.node_def) or any(map(kernel_state, called))
 
 
