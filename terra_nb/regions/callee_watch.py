@@ -3,7 +3,7 @@
 A profile function (``sys.setprofile``, the loop's thread only, during the call's traced runs:
 never on a hit) sees each Python function called and each C function the user's code calls.
 A callee the rules do not allow refuses the region; the reason names it and the line that
-called it. Three things are decided when the call has returned:
+called it. Four things are decided when the call has returned:
 - a container or array the user's code changed in place (``list.append``) refuses the region
   if it outlives the call (something besides the watch holds it) and is not as it was, unless
   the call returned it;
@@ -66,13 +66,13 @@ def _python_verdict(frame: FrameType) -> str:
     return verdict
 
 
-def _recorders() -> frozenset[CodeType]:
+def _recorders() -> set[CodeType]:
     """The code of TensorFlow's own ``record_operation*`` (under terra-nb's wrappers)."""
     if not _RECORDERS:
         names = ("record_operation", "record_operation_backprop_only",
                  "record_operation_forwardprop_only")
         _RECORDERS.update(inspect.unwrap(getattr(record, n)).__code__ for n in names)
-    return frozenset(_RECORDERS)
+    return _RECORDERS
 
 
 _RECORDERS: set[CodeType] = set()
