@@ -48,8 +48,16 @@ QUICK = {"warmup": 6, "iterations": 6, "repeats": 2, "xla_rounds": 1}
 FULL = {"warmup": 10, "iterations": 20, "repeats": 3, "xla_rounds": 3}
 
 
-def progress(text: str) -> None:
+def _to_stderr(text: str, finished: bool = False) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+_report = [_to_stderr]  # where progress goes: stderr, or what ``main(report=...)`` was given
+
+
+def progress(text: str, finished: bool = False) -> None:
+    """One line of progress; ``finished``: a mode's round finished (a step of the run)."""
+    _report[0](text, finished)
 
 
 def _lines(stream, sink: queue.Queue) -> None:
@@ -135,7 +143,7 @@ def _follow(child, lines: queue.Queue, runs: dict, info: dict, args,
         elif kind == "PAPER-RESULT":
             record = json.loads(payload)
             runs[record["mode"]].append(record)
-            progress(f"{label}   {record['mode']}: {_said(record)}")
+            progress(f"{label}   {record['mode']}: {_said(record)}", finished=True)
             current = None
 
 
@@ -181,9 +189,21 @@ def deterministic(args) -> argparse.Namespace:
                                  "deterministic": True})
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Run the harness; returns the JSON document it printed tables for."""
+def main(argv: list[str] | None = None, report=None) -> dict:
+    """Run the harness; returns the JSON document it printed tables for. ``report(text,
+    finished)`` takes the progress (default: lines on stderr); its ``start(steps)``, if it has
+    one, learns how many mode rounds to expect (a notebook's progress bar)."""
     args = parse(argv)
+    _report[0] = report or _to_stderr
+    if hasattr(report, "start"):
+        report.start(len(args.names) * len(MODES) * args.repeats)
+    try:
+        return _run(args, argv)
+    finally:
+        _report[0] = _to_stderr
+
+
+def _run(args, argv) -> dict:
     started = time.perf_counter()
     programs = []
     for index, name in enumerate(args.names):

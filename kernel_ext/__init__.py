@@ -2,7 +2,8 @@
 
 Load
     ``%load_ext terra_nb`` (or ``%load_ext kernel_ext``); ``%unload_ext terra_nb`` removes the
-    magics again. Loading twice is harmless.
+    magics again. Loading twice is harmless. Loading imports TensorFlow without its C++
+    start-up log (``quiet_tf.py``): load the extension before importing TensorFlow.
 
 Run a training loop under terra-nb
     ::
@@ -15,11 +16,16 @@ Run a training loop under terra-nb
             ...                               #   each iteration is one Terra iteration
         print("done")                         # runs normally
 
-    A cell without a loop runs as one iteration. Names the cell assigns land in the user
-    namespace exactly as in a plain cell; ``break``/``continue``/``else``, functions and classes
-    defined in the cell, and tracebacks pointing at the cell's lines all work as usual. The
-    last expression of the cell is displayed as in a plain cell. Running the same cell again
-    (same body, same engine options) continues from the TraceGraph the earlier runs built.
+    A Keras ``fit``, ``evaluate`` or ``predict`` in a cell without a loop (or in an epoch loop
+    around it) whose steps run eagerly (``compile(..., run_eagerly=True)``) is co-executed:
+    each step is one iteration, Keras's loop, callbacks and progress bar run as written; a
+    ``fit`` Keras compiled is left alone, with one line saying so. A cell with neither a loop
+    nor such a step runs plainly, with one line saying there was nothing to co-execute.
+    Names the cell assigns land in the user namespace exactly as in a plain cell;
+    ``break``/``continue``/``else``, functions and classes defined in the cell, and tracebacks
+    pointing at the cell's lines all work as usual. The last expression of the cell is
+    displayed as in a plain cell. Running the same cell again (same body, same engine options)
+    continues from the TraceGraph the earlier runs built.
     During a long loop one progress line (iteration, phase, iterations/s) updates in place; a
     one-line summary follows the cell. Ctrl-C (interrupt the kernel) stops the loop; the
     variables are as eager execution left them at that point.
@@ -61,8 +67,11 @@ _NAME = "TerraMagics"
 def load_ipython_extension(ipython: Any) -> None:
     """Register the magics and their settings with ``ipython`` (once), and the text form of a
     fallback that names its cell (``In [3]:6``)."""
-    from .magics import TerraMagics
-    from .report import pretty_fallback
+    from .quiet_tf import start_up_quietly
+
+    with start_up_quietly():  # TensorFlow's C++ start-up log: not under the notebook's cell
+        from .magics import TerraMagics
+        from .report import pretty_fallback
 
     if _NAME in ipython.magics_manager.registry:
         return

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import hashlib
 import linecache
+import os
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass
-from types import CodeType
+from pathlib import Path
+from types import CodeType, TracebackType
 from typing import Any
 
 import terra_nb
 
+from .fresh_line import LineEnd
 from .progress import DisplayHandle, Progress, StderrLine
-from .report import status_of, summary_line
-from .show import start_dashboard
+from .report import status_of, summary_line, text_timeline
+from .show import graph_listing, start_dashboard
 from .transform import RESULT, TERRA, CellPlan, transform_cell
 
 _MISSING = object()
@@ -131,23 +134,28 @@ class CellRunner:
         Whatever the cell raises propagates; its names stay as the cell left them.
         """
         __tracebackhide__ = True
+        terra.on_note = _print_note  # under the cell, as the summary line
         progress = _watch(terra, options)
         saved = ns.get(TERRA, _MISSING)
         ns[TERRA] = terra
         error: BaseException | None = None
+        line = LineEnd.watch()
         try:
             exec(cell.code, glob, ns)
         except BaseException as exc:
             error = exc
+            if isinstance(exc, KeyboardInterrupt):  # raised wherever the loop was: in our code
+                exc.with_traceback(without_our_frames(exc.__traceback__))
             raise
         finally:
             result = _restore(ns, saved)
             if progress is not None:
                 progress.close()
-            self._finish(cell.key, terra, error, options)
+            self._finish(cell.key, terra, error, options, fresh=line.stop())
         return result
 
-    def _finish(self, key: tuple, terra: Any, error: BaseException | None, options) -> None:
+    def _finish(self, key: tuple, terra: Any, error: BaseException | None, options,
+                fresh: bool = True) -> None:
         self.last, self.last_error = terra, error
         self._learned.pop(key, None)
         if error is None or isinstance(error, Exception):
@@ -155,9 +163,36 @@ class CellRunner:
             self._learned[key] = terra.learned
             while len(self._learned) > self.cache_size:
                 self._learned.popitem(last=False)
-        if not options.quiet and (terra.stats or error is None):
-            print(summary_line(status_of(terra, error)))
+        if not options.quiet and terra.stats:  # no iteration: the Terra's note said why
+            print(("" if fresh else "\n") + summary_line(status_of(terra, error)))
+            if options.viz and options.terminal:  # the views a terminal can show: text
+                print(graph_listing(terra.graph))
+                print(text_timeline(terra.stats))
             sys.stdout.flush()
+
+
+_OURS = tuple(str(Path(m.__file__).parent) + os.sep for m in (terra_nb, sys.modules[__package__]))
+
+
+def without_our_frames(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without terra-nb's own frames (the engine's and this extension's): a Ctrl-C is
+    raised at the next safe point, often inside the engine, and the user should see their own
+    line, as for any other error."""
+    frames = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_OURS):
+            frames.append(tb)
+        tb = tb.tb_next
+    out = None
+    for frame in reversed(frames):
+        out = TracebackType(out, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
+    return out
+
+
+def _print_note(text: str) -> None:
+    """What the cell's Terra left alone (a compiled ``fit``, nothing to co-execute): one line."""
+    print(f"terra: {text}")
+    sys.stdout.flush()
 
 
 def _restore(ns: dict, saved: Any) -> Any:
@@ -174,6 +209,9 @@ def _watch(terra: Any, options: CellOptions) -> Progress | None:
     """Start the live view (``--viz``) or the text progress line; None when quiet."""
     if options.quiet or (options.viz and not options.terminal and start_dashboard(terra)):
         return None
+    if options.viz and options.terminal:
+        print("terra: --viz in a terminal shows the text views: this progress line, then the "
+              "TraceGraph listing and the per-iteration timeline after the loop")
     show = StderrLine if options.terminal else DisplayHandle
     progress = Progress(options.progress_interval, show=show)
     terra.subscribe(progress)

@@ -90,8 +90,10 @@ class TerraMagics(Magics, Configurable):
     @cell_magic("terra")
     def terra_cell(self, line: str, cell: str) -> Any:
         """Run the cell with its first top-level ``for``/``while`` loop under terra-nb: each
-        iteration is one Terra iteration; the rest of the cell runs normally. A cell without a
-        loop runs as one iteration. Names land in the user namespace as in a plain cell."""
+        iteration is one Terra iteration; the rest of the cell runs normally. In a cell without
+        a loop, or whose loop calls ``fit``/``evaluate``/``predict``, each Keras step run eagerly
+        is one iteration; with neither, the cell runs plainly, and says so. Names land in the
+        user namespace as in a plain cell."""
         __tracebackhide__ = True
         options = self._options(ma.parse_argstring(self.terra_cell, line))
         python_body = self.shell.transform_cell(cell)

@@ -48,9 +48,11 @@ class StderrLine:
         self._width = len(text)
 
 
-def progress_text(iteration: int, phase: str, speed: float) -> str:
-    """``terra: iteration 120 | tracing | 45.3 it/s``."""
-    return f"terra: iteration {iteration} | {phase} | {speed:.1f} it/s"
+def progress_text(iteration: int, phase: str, speed: float, label: str = "") -> str:
+    """``terra: iteration 120 | tracing | 45.3 it/s``; a Keras step's iteration says which
+    (``terra: iteration 120 (fit epoch 2 step 5) | coexec | 45.3 it/s``)."""
+    which = f"{iteration} ({label})" if label else f"{iteration}"
+    return f"terra: iteration {which} | {phase} | {speed:.1f} it/s"
 
 
 class Progress:
@@ -79,7 +81,7 @@ class Progress:
             return
         count = stats.iteration + 1
         speed = (count - self._last_count) / max(now - self._last_time, 1e-9)
-        text = progress_text(stats.iteration, stats.phase, speed)
+        text = progress_text(stats.iteration, stats.phase, speed, getattr(stats, "label", ""))
         if self._handle is None:
             self._handle = self._show(text)
         else:

@@ -14,6 +14,7 @@ from typing import Any
 
 import terra_nb
 from terra_nb.coexec.graph_runner import GraphRunner
+from terra_nb.iterations import counts_by_kind
 from terra_nb.trace.dot import Listing, cell_names
 
 MAX_COMPILED = GraphRunner.max_compiled
@@ -40,6 +41,18 @@ class Status:
     whole_program: str = ""  # the whole program's summary (``--program whole``)
     plan: str = "segments"  # which plan shape co-executes: "segments" or "whole"
     regions: str = ""  # the regions' totals (``--regions``), else empty
+    # iterations that did not co-execute, per kind of reason (``terra_nb.iterations``)
+    not_coexec: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def not_coexec_text(self) -> str:
+        """``4 not co-executed (learning the loop 2, regions forming 2)``, or "" when every
+        iteration co-executed (or the mode never does)."""
+        if not self.not_coexec or self.mode not in ("coexec", "lazy"):
+            return ""
+        total = sum(n for _, n in self.not_coexec)
+        kinds = ", ".join(f"{kind} {n}" for kind, n in self.not_coexec)
+        return f"{total} not co-executed ({kinds})"
 
     def __str__(self) -> str:
         covered = "never" if self.covered_at is None else f"from iteration {self.covered_at}"
@@ -50,6 +63,10 @@ class Status:
             f"speed       {self.speed:.1f} it/s over {self.seconds:.3f} s",
             f"covered     {covered}",
             f"fallbacks   {self.fallbacks}",
+        ]
+        if self.not_coexec_text:
+            lines.append(f"traced      {self.not_coexec_text}; %terra explain says why")
+        lines += [
             f"TraceGraph  {self.nodes} nodes",
             f"plan        {PLANS.get(self.plan, self.plan)}",
             f"segments    {self.programs}, {self.compiled} compiled (the {MAX_COMPILED} most "
@@ -99,6 +116,7 @@ def status_of(terra: Any, error: BaseException | None = None) -> Status:
         whole_program=_whole_program(terra),
         plan=getattr(terra, "program_kind", "segments"),
         regions=_regions(terra),
+        not_coexec=tuple(counts_by_kind(stats).items()),
     )
 
 
@@ -120,7 +138,8 @@ def summary_line(status: Status) -> str:
         f"terra[{status.mode}]: {status.iterations} iteration"
         f"{'' if status.iterations == 1 else 's'} in {status.seconds:.2f} s "
         f"({status.speed:.1f} it/s), phase {status.phase}, {status.fallbacks} fallbacks, "
-        f"TraceGraph {status.nodes} nodes"
+        + (f"{status.not_coexec_text}, " if status.not_coexec_text else "")
+        + f"TraceGraph {status.nodes} nodes"
     )
     if status.stopped_at is not None:
         text += f"; stopped by {status.error} in iteration {status.stopped_at}"
@@ -144,8 +163,16 @@ def explanation_of(terra: Any) -> Explanation:
         where = Listing(cells=cell_names()).where
         regions = replace(regions, rows=tuple(replace(r, source=where(r.source))
                                               for r in regions.rows))
+    traced = tuple(named_text(str(run)) for run in getattr(explained, "traced", ()))
     return Explanation(terra.mode, tuple(map(named_fallback, explained)),
-                       str(regions) if shown else "")
+                       str(regions) if shown else "", traced)
+
+
+def named_text(text: str) -> str:
+    """``text`` with every cell file named as IPython names it (``In [3]:6``)."""
+    for name, label in cell_names().items():
+        text = text.replace(f"{name}:", f"{label}:")
+    return text
 
 
 def pretty_fallback(fallback: Any, printer: Any, cycle: bool) -> None:
@@ -156,15 +183,21 @@ def pretty_fallback(fallback: Any, printer: Any, cycle: bool) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Explanation:
-    """The fallbacks of the last run, one line each; then the regions table (``--regions``)."""
+    """The fallbacks of the last run, one line each; the other iterations that did not
+    co-execute, in runs of one reason; then the regions table (``--regions``)."""
 
     mode: str
     fallbacks: tuple[Any, ...]
     regions: str = ""  # the regions' table (``--regions``), else empty
+    traced: tuple[str, ...] = ()  # the other iterations that did not co-execute, and why
 
     def __str__(self) -> str:
-        lines = [str(f) for f in self.fallbacks] or [f"no fallbacks in the last run (mode "
-                                                     f"{self.mode})"]
+        lines = [str(f) for f in self.fallbacks]
+        if self.traced and self.mode in ("coexec", "lazy"):
+            lines.append("did not co-execute:" if lines else
+                         f"no fallbacks in the last run (mode {self.mode}); did not co-execute:")
+            lines += [f"  {run}" for run in self.traced]
+        lines = lines or [f"no fallbacks in the last run (mode {self.mode})"]
         return "\n".join(lines + ([self.regions] if self.regions else []))
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
@@ -203,6 +236,7 @@ def _timeline_row(s: Any) -> str:
     ops = "-" if s.ops is None else str(s.ops)
     graph = {True: "covered", False: "new", None: "-"}[s.covered]
     mark = "" if s.ended == "completed" else f"  ({s.ended})"
+    mark += f"  {s.label}" if getattr(s, "label", "") else ""  # a Keras step: which
     times = "".join(f"{_ms(s, c):>13.2f}" for c in TIMELINE_COLUMNS)
     wall = (s.t_end - s.t_start) * 1e3
     return f"{s.iteration:>5}  {s.phase:<9}{wall:>9.2f}{times}{ops:>6}  {graph}{mark}"

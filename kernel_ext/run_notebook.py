@@ -3,9 +3,10 @@
     python -m kernel_ext.run_notebook notebooks/quickstart.ipynb [--out artifacts/] [--timeout S]
 
 Text outputs (streams, results, errors) of every cell are printed as the cell finishes; the executed
-notebook is written to ``--out`` (default ``artifacts/``) with the state of its widgets in its
-metadata, so its views render when it is reopened (as a notebook front end saves it; without the
-state JupyterLab says "model not found"). The exit status is 1 when a cell fails.
+notebook is written to ``--out`` (default ``artifacts/``) as JupyterLab saves it with terra-nb's
+server extension: terra-nb's views as their pictures (PNG and SVG, shown by every front end once
+the kernel is gone; ``terra_nb/views/saved.py``), other widgets with their state. The exit status
+is 1 when a cell fails.
 
 Each line a cell writes is printed once: the kernel copies everything written to its standard
 streams (also by C++ code, such as TensorFlow's log) both into the cell's outputs and onto its
@@ -24,6 +25,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+
+from terra_nb.views.saved import keep_pictures
 
 
 def output_text(output: dict) -> str:
@@ -55,6 +58,7 @@ def run(path: Path, out_dir: Path, timeout: int) -> int:
     ):
         status = _execute(client, nb)
         client.set_widgets_metadata()  # execute() does this; running cell by cell, we must
+    keep_pictures(nb)
     if status:
         print(f"the kernel's own output: {log_path}", file=sys.stderr)
     target = out_dir / path.name

@@ -13,11 +13,16 @@ The first top-level ``for`` or ``while`` loop of a cell becomes the Terra loop::
                                               with TERRA.step():
                                                   body
 
-A cell without a loop runs as one iteration (``with TERRA, TERRA.step(): <cell>``). Statements
-before and after the loop are left alone. When the cell ends with an expression, it is assigned
-to ``RESULT`` instead (the magic returns it, so IPython displays it as a plain cell would).
-``iter()`` is called in the cell's own frame so that a loop over a non-iterable raises the same
-``TypeError`` at the same line as in a plain cell.
+A cell without a loop runs inside the Terra with no iteration of its own (``with TERRA: <cell>``):
+a Keras ``fit``, ``evaluate`` or ``predict`` whose steps run eagerly makes each step one
+iteration (``terra_nb/keras_steps.py``), and a cell with neither runs plainly (the Terra says
+there was nothing to co-execute). So does a cell whose first top-level loop calls ``.fit(``,
+``.evaluate(`` or ``.predict(`` (an epoch loop around ``fit``): its steps, not the loop's
+iterations, are what repeats. Statements before and after the loop are left alone. When the
+cell ends with an expression, it is assigned to ``RESULT`` instead (the magic returns it, so
+IPython displays it as a plain cell would). ``iter()`` is called in the cell's own frame so
+that a loop over a non-iterable raises the same ``TypeError`` at the same line as in a plain
+cell.
 """
 
 from __future__ import annotations
@@ -32,12 +37,18 @@ RESULT = "__terra_result__"
 @dataclass(frozen=True, slots=True)
 class CellPlan:
     """A transformed cell: the module to compile, where its Terra loop is, whether it has a
-    value to display. ``loop_line`` is 0 for a cell without a loop."""
+    value to display. ``loop_line`` is 0 for a cell without a Terra loop (``loop_kind``
+    "cell"); ``keras_loop`` is the line of a first loop left alone because it calls Keras's
+    ``fit``/``evaluate``/``predict``, else 0."""
 
     module: ast.Module
     loop_kind: str  # "for" | "while" | "cell"
     loop_line: int
     has_result: bool
+    keras_loop: int = 0
+
+
+KERAS_LOOPS = frozenset({"fit", "evaluate", "predict"})  # their steps are Terra iterations
 
 
 def transform_cell(source: str, filename: str = "<terra-cell>") -> CellPlan:
@@ -51,6 +62,9 @@ def transform_cell(source: str, filename: str = "<terra-cell>") -> CellPlan:
     if has_result:
         body[-1] = _assign_result(body[-1])
     index = _first_loop(body)
+    keras_loop = 0
+    if index is not None and _calls_keras_loop(body[index]):
+        index, keras_loop = None, body[index].lineno
     if index is None:
         new_body = [_wrap_cell(body, tree)]
         kind, line = "cell", 0
@@ -61,7 +75,13 @@ def transform_cell(source: str, filename: str = "<terra-cell>") -> CellPlan:
         new_body = body
     module = ast.Module(body=new_body, type_ignores=tree.type_ignores)
     ast.fix_missing_locations(module)
-    return CellPlan(module, kind, line, has_result)
+    return CellPlan(module, kind, line, has_result, keras_loop)
+
+
+def _calls_keras_loop(loop: ast.For | ast.While) -> bool:
+    """Whether the loop calls a method named ``fit``, ``evaluate`` or ``predict``."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+               and n.func.attr in KERAS_LOOPS for n in ast.walk(loop))
 
 
 def _first_loop(body: list[ast.stmt]) -> int | None:
@@ -109,4 +129,4 @@ def _wrap_loop(loop: ast.For | ast.While) -> ast.With:
 
 def _wrap_cell(body: list[ast.stmt], tree: ast.Module) -> ast.With:
     like = body[0] if body else ast.Pass(lineno=1, col_offset=0, end_lineno=1, end_col_offset=0)
-    return _with([_name(TERRA), _call("step")], body or [like], like)
+    return _with([_name(TERRA)], body or [like], like)

@@ -17,13 +17,17 @@ from . import capture
 from .capture import functions
 from .capture.location import LocationTable
 from .capture.recorder import TraceRecorder
-from .capture.signature import op_type_of
 from .coexec.control_flow import ProgramError
 from .coexec.program_plan import Program, build_program
 from .coexec.program_runner import WholeProgram
 from .coexec.python_runner import PythonRunner, SignatureIndex
+from .learning import last_path, merge_trace, still_tracing, why_traced
 from .timeline import RunnerSpan
 from .trace.merge import GraphBuilder
+
+NO_GRAPH_WORK = "no graph work: every op ran on real values in Python"
+EAGER_SPAN = ("running eagerly for a while: the last co-executed iterations took paths never "
+              "taken before, so nothing compiled was reused (co-execution is tried again later)")
 
 
 @dataclass(slots=True)
@@ -57,6 +61,7 @@ class IterationResult:
     fallback: tuple[str, str, str] | None = None  # (reason, op type, location + source line)
     path: tuple[int, ...] = ()  # TraceGraph nodes this iteration went through, in order
     not_ready: tuple[str, str, str] | None = None  # covered, yet still tracing: why (as fallback)
+    why: str = ""  # why its phase is not co-execution, in a few words ("" when it is)
 
 
 class EagerEngine:
@@ -81,7 +86,7 @@ class EagerEngine:
         """The loop ends before ``iteration`` (its iterable's length); None: not known."""
 
     def end(self) -> IterationResult:
-        return IterationResult("eager")
+        return IterationResult("eager", why="mode eager: nothing is captured")
 
     def drain(self) -> None:
         """At the end of a loop: wait for the graph and raise a failure Python was not told of."""
@@ -104,33 +109,11 @@ class TraceEngine(EagerEngine):
         return capture.capturing(self.recorder)
 
     def end(self) -> IterationResult:
+        """The iteration's trace merged; ``mode="trace"`` traces every iteration."""
         trace = self.recorder.finish(self._iteration)
-        covered, _ = _merge(self.learned, trace, self.recorder.signatures)
+        covered, _ = merge_trace(self.learned, trace, self.recorder.signatures)
         return IterationResult("tracing", len(trace.ops), trace.feeds, trace.fetches, covered,
-                               path=_path(self.learned))
-
-
-def _path(learned: Learned) -> tuple[int, ...]:
-    mapping = learned.builder.last_mapping
-    return tuple(mapping[i] for i in sorted(mapping))
-
-
-def _merge(learned: Learned, trace, signatures) -> tuple[bool, tuple | None]:
-    """Merge a traced iteration: whether the TraceGraph covered it, and the first call of it the
-    signature index did not know (None: every call known, what co-execution needs; a loop
-    running a trip count it never ran before grows the TraceGraph, yet every call is known)."""
-    unknown = learned.index.unknown(signatures)
-    covered = learned.builder.merge(trace)
-    learned.index.learn(trace, signatures, learned.builder.last_mapping)
-    return covered, unknown
-
-
-def _still_tracing(learned: Learned, sig: tuple) -> tuple[str, str, str]:
-    """Why a covered iteration did not make the loop ready: (reason, op type, location)."""
-    reason = learned.index.why_unknown(sig)
-    location = learned.locations.locations[sig[1]].text
-    return f"still tracing: a covered iteration made a call not seen before ({reason})", \
-        op_type_of(sig[0]), location
+                               path=last_path(self.learned), why="mode trace: every iteration")
 
 
 class CoexecEngine:
@@ -169,6 +152,7 @@ class CoexecEngine:
         self._one_off: list[bool] = []  # per co-executed iteration: were its segments all new?
         self._ops_seen = (0, 0)
         self._iteration = 0
+        self._traced = 0  # iterations traced (not fallbacks) by this engine
         self._hold = contextlib.ExitStack()
         self.runner = PythonRunner(learned.locations, learned.index, lazy=lazy, xla=xla,
                                    compile_after=compile_after, handles=learned.handles)
@@ -298,22 +282,35 @@ class CoexecEngine:
 
     def end(self) -> IterationResult:
         if self.eager:
-            return IterationResult("eager")
+            return IterationResult("eager", why=EAGER_SPAN)
         runner = self.runner
         trace = runner.end()
         stalls = runner.take_stall_spans()
         if trace is None:
             self._count_one_off()
+            if not runner.path and self.program is None:  # no op for the graph: eager
+                return IterationResult("eager", runner.ops, runner.feeds, runner.fetches, True,
+                                       stalls, why=NO_GRAPH_WORK)
             return IterationResult("coexec", runner.ops, runner.feeds, runner.fetches, True, stalls,
                                    path=tuple(runner.path))
-        covered, unknown = _merge(self.learned, trace, runner.log.signatures)
+        covered, unknown = merge_trace(self.learned, trace, runner.log.signatures)
         fell_back = runner.divergence is not None
         self.ready = unknown is None or fell_back and self.ready
         result = IterationResult("fallback" if fell_back else "tracing", len(trace.ops),
                                  trace.feeds, trace.fetches, covered, stalls, runner.divergence,
-                                 _path(self.learned))
-        if covered and not self.ready and not fell_back and not self.gave_up:
-            result.not_ready = _still_tracing(self.learned, unknown)
+                                 last_path(self.learned))
+        self._traced += not fell_back
+        # covered, or the third traced iteration (the first two make every loop's calls known):
+        # say why it still traces (a call whose attributes change every iteration, a dataset
+        # made anew each epoch with new functions), or explain() would say "no fallbacks"
+        if (covered or self._traced > 2) and unknown is not None and not self.ready \
+                and not fell_back and not self.gave_up:
+            result.not_ready = still_tracing(self.learned, unknown, covered)
+        if not fell_back:
+            result.why = (f"gave up: {self.max_fallbacks} fallbacks within {self.window} "
+                          f"iterations; tracing for the rest of the loop" if self.gave_up else
+                          why_traced(self.learned, unknown, covered,
+                                     self.learned.builder.traces == 1))
         # a region's new function is new once by construction: no sign of a loop that does
         # not settle, so it does not count towards giving up
         if fell_back and not functions.confirmed(runner.divergence[1]):

@@ -1,6 +1,9 @@
-"""What ``Terra(...)`` accepts: one check, naming the first option that is off."""
+"""What ``Terra(...)`` accepts: one check, naming the first option that is off; and the one
+warning an option earns (``xla``: its numerics are not eager's)."""
 
 from __future__ import annotations
+
+import warnings
 
 from .errors import TerraUsageError
 from .modes import Learned
@@ -28,3 +31,17 @@ def check_options(mode, max_fallbacks, compile_after, program, keep_spans, learn
     if regions and program == "whole":
         raise TerraUsageError("regions=True needs program='segments' for now: the whole program "
                               "leaves its plan at every region (a function-call op Python runs)")
+
+
+XLA_NUMERICS = (
+    "terra-nb: xla=True compiles the graph segments with XLA, whose fused kernels may sum "
+    "floating-point values in another order than eager: results can differ from eager in the "
+    "last bits (and grow apart over many steps); without --xla they are eager's, bit for bit")
+_xla_warned: list[bool] = []
+
+
+def warn_xla_once() -> None:
+    """Say once per process that XLA's numerics are not eager's."""
+    if not _xla_warned:
+        _xla_warned.append(True)
+        warnings.warn(XLA_NUMERICS, RuntimeWarning, stacklevel=3)

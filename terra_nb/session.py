@@ -7,6 +7,9 @@
     terra.stats                      # one IterationStats per iteration
     terra.explain()                  # every fallback, with its reason and source line
 
+Keras's ``fit``, ``evaluate`` and ``predict`` make iterations too, one per step Keras runs eagerly
+(``keras_steps.py``); what a Terra leaves alone it says in one line (``notes``).
+
 Modes: ``coexec`` traces until an iteration is covered, then co-executes (the PythonRunner runs
 ahead answering ops with placeholders; the GraphRunner issues the confirmed ops as compiled
 segments into TensorFlow's asynchronous executor, which runs them while Python goes on);
@@ -24,12 +27,16 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import heap
+from . import heap, modes
+from .capture.replica_threads import in_replica_thread
 from .errors import TerraError, TerraUsageError
+from .iterations import IterationStats, traced_runs, why_of
+from .keras_steps import KerasSteps
 from .loop_length import loop_length
 from .modes import CoexecEngine, EagerEngine, IterationResult, Learned, TraceEngine
-from .options import MODES, check_options
+from .options import MODES, check_options, warn_xla_once
 from .regions import Explained, Interception, RegionSummary
+from .runner_results import RunnerResults
 from .timeline import RunnerSpan, SpanFeed, SpanLog, exec_spans
 from .trace.tracegraph import TraceGraph
 
@@ -37,55 +44,41 @@ _open = threading.local()  # the Terra whose context is open in this thread
 
 
 @dataclass(frozen=True, slots=True)
-class IterationStats:
-    """What one iteration did. Times are seconds (``perf_counter``); ``None`` = not measured
-    (eager mode does not look at ops). ``ended``: completed, stopped (break / exception). Graph
-    times count the GraphRunner's work on this iteration (it may finish after it).
-    ``regions_forming``: traced so that regions could form from its calls (or to learn the
-    calls of regions just formed), although the loop could have co-executed."""
-
-    iteration: int
-    phase: str
-    t_start: float
-    t_end: float
-    python_exec: float
-    python_stall: float
-    graph_exec: float
-    graph_stall: float
-    ops: int | None
-    feeds: int | None
-    fetches: int | None
-    covered: bool | None
-    ended: str
-    regions_forming: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class Fallback:
-    """One iteration that left co-execution: why, at which op, at which user source line."""
+    """One iteration that left co-execution: why, at which op, at which user source line;
+    ``label``: the iteration's (a Keras step's ``fit 1 epoch 2 step 5``), if any."""
 
     iteration: int
     reason: str
     op_type: str
     location: str
+    label: str = ""
 
     def __str__(self) -> str:
-        return f"iteration {self.iteration}: {self.reason} at {self.op_type} ({self.location})"
+        which = f"iteration {self.iteration}" + (f" ({self.label})" if self.label else "")
+        if not self.location:  # not at an op: ``op_type`` says where ("(end of iteration)")
+            return f"{which}: {self.reason} {self.op_type}"
+        return f"{which}: {self.reason} at {self.op_type} ({self.location})"
+
+
+def print_note(text: str) -> None:
+    """How a Terra says what it did not co-execute, by default: one line on stderr."""
+    print(f"terra-nb: {text}", file=sys.stderr)
 
 
 class _Step:
-    def __init__(self, terra: Terra) -> None:
-        self._terra = terra
+    def __init__(self, terra: Terra, label: str) -> None:
+        self._terra, self._label = terra, label
 
     def __enter__(self) -> Terra:
-        self._terra._begin(sys._getframe(1))
+        self._terra._begin(sys._getframe(1), self._label)
         return self._terra
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._terra._end("completed" if exc_type is None else "stopped")
 
 
-class Terra:
+class Terra(RunnerResults):
     """Runs a training loop under terra-nb; see the module docstring."""
 
     def __init__(
@@ -117,24 +110,27 @@ class Terra:
         regions include ``GradientTape.gradient`` as one function once that pays
         (``regions/tapes.py``), except with ``"calls"``: the Keras calls only."""
         check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned, regions)
+        if xla:
+            warn_xla_once()
         self.use_regions = (mode in ("coexec", "lazy") and program != "whole"
                             if regions is None else regions)
         self._interception: Interception | None = None
         self.mode, self.max_fallbacks, self.strict = mode, max_fallbacks, strict
         self.xla, self.compile_after, self.program_kind = xla, compile_after, program
         self.learned = learned if learned is not None else Learned()
-        self._state = "new"  # new -> open -> closed
-        self._engine: Any = None
+        self._state, self._engine = "new", None  # state: new -> open -> closed
         self._stats: list[IterationStats] = []
-        self._spans = SpanLog(keep_spans)
-        self._graph_feed = SpanFeed()
-        self._span_lock = threading.Lock()
+        self._spans, self._graph_feed, self._span_lock = SpanLog(keep_spans), SpanFeed(), \
+            threading.Lock()
         self._fallbacks: list[Fallback] = []
         self._listeners: list[Callable[[IterationStats], None]] = []
         self._iteration: ExitStack | None = None
-        self._t_start = 0.0
+        self._t_start, self._label = 0.0, ""  # the open iteration's
         self.last_path: tuple[int, ...] = ()  # TraceGraph nodes of the last iteration
         self._named_graph: tuple | None = None  # (builder's graph, calls known, named graph)
+        self._notes: list[str] = []
+        self.on_note: Callable[[str], None] = print_note  # a notebook shows notes its own way
+        self._keras = KerasSteps(self)
 
     # -- context ----------------------------------------------------------------------------
 
@@ -145,6 +141,11 @@ class Terra:
             raise TerraUsageError(
                 "a Terra context is already open in this thread; Terra contexts cannot be nested"
             )
+        if in_replica_thread():  # one Terra per replica, interleaved at every merge_call
+            raise TerraUsageError(
+                "a Terra cannot be opened inside strategy.run's function (a replica's thread); "
+                "open it around the loop that calls strategy.run: the replicas' ops then run "
+                "in that Terra's iterations")
         self._engine = self._make_engine()
         if self.use_regions:
             tapes = self.use_regions != "calls"
@@ -161,6 +162,7 @@ class Terra:
                 heap.freeze()  # no full garbage collection walks TensorFlow's objects in the loop
                 _open.terra = self
                 self._state = "open"
+                self._keras.open()  # Keras's step functions: one iteration per step
         except BaseException:
             self.__exit__(None, None, None)  # ... and closes it: no runner, hook or handler left
             raise
@@ -183,6 +185,11 @@ class Terra:
             _open.terra = None
             self._state = "closed"
             heap.thaw()
+            self._keras.close()
+            if exc_type is None and not self._stats and not self._notes:
+                self.note("nothing to co-execute: no loop (terra.loop, terra.step, a %%terra "
+                          "cell's) and no Keras step run eagerly (fit, evaluate, predict); it "
+                          "ran plainly")
             try:
                 if self._interception is not None:
                     with self._engine.critical():  # a Ctrl-C is raised once Keras is restored
@@ -208,16 +215,20 @@ class Terra:
             ) from None
         return self._iterate(iterator, loop_length(iterable))
 
-    def step(self) -> _Step:
-        """Context manager for one iteration, for loops that are not a ``for`` over an iterable."""
+    def step(self, label: str = "") -> _Step:
+        """Context manager for one iteration, for loops that are not a ``for`` over an iterable;
+        ``label`` names it in ``stats`` and ``explain()``."""
         self._check_open("step()")
-        return _Step(self)
+        if not isinstance(label, str):
+            raise TerraUsageError(f"terra.step(label=...) takes a str, got "
+                                  f"{type(label).__name__}")
+        return _Step(self, label)
 
     def _iterate(self, iterator: Iterator[Any], length: int | None) -> Iterator[Any]:
         self._expect_end(None if length is None else len(self._stats) + length)
         try:
             for item in iterator:  # the iterable's own ops run outside any iteration: feeds
-                self._begin(sys._getframe(1))
+                self._begin(sys._getframe(1), "")
                 ended = "stopped"
                 try:
                     yield item
@@ -241,10 +252,16 @@ class Terra:
         if self._state == "closed":
             raise TerraUsageError(f"{what} on a closed Terra; create a new Terra for a new loop")
 
-    def _begin(self, root_frame) -> None:
+    @property
+    def in_iteration(self) -> bool:
+        """Whether an iteration is running (``terra.loop``'s body, ``terra.step()``)."""
+        return self._iteration is not None
+
+    def _begin(self, root_frame, label: str) -> None:
         self._check_open("an iteration")
         if self._iteration is not None:
             raise TerraUsageError("a Terra iteration is already running; iterations cannot nest")
+        self._label = label
         iteration = ExitStack()
         settling = self._interception is not None and self._interception.settling()
         self._forming = settling and self._engine.keep_tracing()  # traced while regions form
@@ -256,6 +273,8 @@ class Terra:
                 iteration.enter_context(self._interception.iteration(len(self._stats)))
             self._iteration = iteration  # only once it began: an error raised there ends nothing
             self._t_start = time.perf_counter()
+            with self._span_lock:  # a new column of the timeline
+                self._spans.begin(len(self._stats), self._t_start)
 
     def _end(self, ended: str) -> None:
         if self._iteration is None:
@@ -276,25 +295,37 @@ class Terra:
 
     def _record(self, result: IterationResult, t_end: float, ended: str) -> None:
         index = len(self._stats)
-        stall = sum(s.duration for s in result.stalls if s.kind == "stall")
+        if result.why == modes.NO_GRAPH_WORK and self._interception and self._interception.hit:
+            result.phase, result.why = "coexec", ""  # a region's compiled function answered
         marks = self._interception.take_marks(index, result.phase) if self._interception else []
         python = exec_spans(index, result.phase, self._t_start, t_end, result.stalls + marks)
+        stall = sum(s.duration for s in python if s.kind == "stall")
         self._take_graph_spans(python)
         if result.fallback is not None:
-            self._fallbacks.append(Fallback(index, *result.fallback))
+            self._fallbacks.append(Fallback(index, *result.fallback, self._label))
         elif result.not_ready is not None:
-            self._fallbacks.append(Fallback(index, *result.not_ready))
+            self._fallbacks.append(Fallback(index, *result.not_ready, self._label))
         self.last_path = result.path
         stats = IterationStats(
             iteration=index, phase=result.phase, t_start=self._t_start, t_end=t_end,
             python_exec=t_end - self._t_start - stall, python_stall=stall, graph_exec=0.0,
             graph_stall=0.0, ops=result.ops, feeds=result.feeds, fetches=result.fetches,
             covered=result.covered, ended=ended,
-            regions_forming=self._forming and result.phase != "coexec",
+            regions_forming=self._forming and result.phase != "coexec", label=self._label,
+            why=why_of(result, self._interception.forming if self._forming else None),
         )
         self._stats.append(stats)
+        if self._listeners:
+            self._tell_listeners(stats)
+
+    def _tell_listeners(self, stats: IterationStats) -> None:
+        """Call the listeners; their time is a span of its own (the views' redraws)."""
+        start = time.perf_counter()
         for listener in self._listeners:
             listener(stats)
+        with self._span_lock:
+            self._spans.add([RunnerSpan("python", "views", stats.iteration, stats.phase, start,
+                                        time.perf_counter(), "listeners (progress, views)")])
 
     def subscribe(self, listener: Callable[[IterationStats], None]) -> None:
         """Call ``listener(stats)`` in the loop's thread after every iteration (views use it).
@@ -305,11 +336,24 @@ class Terra:
 
     # -- results ----------------------------------------------------------------------------
 
+    def note(self, text: str) -> None:
+        """Say one thing this Terra left alone or could not co-execute (``notes``), through
+        ``on_note`` (a line on stderr; a notebook prints it under the cell)."""
+        self._notes.append(text)
+        self.on_note(text)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What this Terra said it left alone (a compiled ``fit``, a block with no loop)."""
+        return tuple(self._notes)
+
     def explain(self) -> Explained:
         """Every fallback so far, and every covered iteration that still traced: iteration,
-        reason, op and user source line (a tuple); its ``regions`` (and ``str()``) list the
-        regions formed, their hits, guard misses and refusals."""
-        return Explained(self._fallbacks, self.regions)
+        reason, op and user source line (a tuple); its ``traced`` lists every other iteration
+        that did not co-execute, in runs of one reason; its ``regions`` (and ``str()``) list
+        the regions formed, their hits, guard misses and refusals."""
+        said = frozenset(f.iteration for f in self._fallbacks)
+        return Explained(self._fallbacks, self.regions, traced_runs(self._stats, said))
 
     @property
     def regions(self) -> RegionSummary:
@@ -334,58 +378,6 @@ class Terra:
             named = tuple(c for op, c in sorted(calls.items()) if op in present)
             self._named_graph = cached = (g, len(calls), replace(g, region_calls=named))
         return cached[2]
-
-    @property
-    def programs(self) -> tuple:
-        """The graph segments run so far, compiled or not yet (co-execution modes); ``str()`` of
-        each lists its ops."""
-        runner = getattr(self._engine, "runner", None)
-        return runner.graph.programs if runner is not None else ()
-
-    @property
-    def compiled_segments(self) -> int:
-        """How many of ``programs`` are compiled (see ``compile_after``)."""
-        runner = getattr(self._engine, "runner", None)
-        return runner.graph.compiled if runner is not None else 0
-
-    @property
-    def program(self):
-        """The generated whole program (``Terra(program="whole")``) of the TraceGraph, once
-        co-execution has begun, else None; ``print()`` it to see its cases and loops."""
-        return getattr(self._engine, "program", None)
-
-    @property
-    def runs_op_by_op(self) -> int:
-        """Graph segment runs that executed their ops one by one (not compiled yet, or not
-        compilable)."""
-        runner = getattr(self._engine, "runner", None)
-        return runner.graph.interpreted if runner is not None else 0
-
-    @property
-    def spans(self) -> tuple[RunnerSpan, ...]:
-        """Both runners' spans of the last ``keep_spans`` iterations, in iteration order."""
-        self._take_graph_spans()
-        return self._spans.spans()
-
-    @property
-    def stats(self) -> tuple[IterationStats, ...]:
-        """One record per iteration, in order (graph times from the GraphRunner's spans)."""
-        self._take_graph_spans()
-        times = self._spans.graph_times
-        if not times:
-            return tuple(self._stats)
-        return tuple(
-            replace(s, graph_exec=times[i][0], graph_stall=times[i][1]) if i in times else s
-            for i, s in enumerate(self._stats)
-        )
-
-    def _take_graph_spans(self, python: Iterable[RunnerSpan] = ()) -> None:
-        """Log ``python`` spans and the GraphRunner's new spans (written by its thread)."""
-        runner = getattr(self._engine, "runner", None)
-        with self._span_lock:  # the loop's thread and a view's may ask at once
-            self._spans.add(python)
-            if runner is not None:
-                self._spans.add(self._graph_feed.take(runner.graph.spans))
 
 
 __all__ = ["MODES", "Fallback", "IterationStats", "Learned", "Terra"]

@@ -13,6 +13,7 @@ in the calling frames. A function whose outputs are not fully static is run for 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from tensorflow.python.eager import context
@@ -24,6 +25,29 @@ _defs: dict[str, Any] = {}  # name -> FunctionDef (None: not a function)
 _outputs: dict[str, tuple[Spec, ...] | None] = {}  # name -> static output specs (None: not static)
 _confirmed: set[str] = set()  # functions whose calls are known by construction (regions)
 _LEARN_DEPTH = 3  # hook caller -> Context.call_function -> AtomicFunction.call_flat
+
+
+STATELESS_STATEFUL = frozenset({"Assert"})  # stateful by OpDef, with no state of its own
+_RESOURCE = 20  # DT_RESOURCE
+
+
+@functools.lru_cache(maxsize=4096)
+def kernel_state(op_type: str) -> bool:
+    """Whether op ``op_type`` keeps state in its kernel (stateful, with no resource input: a
+    random op's stream, ``tf.print``), or, for a function, whether it or a function it calls
+    runs one. Eager keeps one kernel per op and function; a new function made of such an op (a
+    compiled segment, a region) starts that state again."""
+    op_def = op_def_registry.get(op_type)
+    if op_def is not None:  # an op that calls functions (a call, If, While) is judged by them
+        return op_def.is_stateful and op_type not in STATELESS_STATEFUL and not any(
+            a.type == _RESOURCE for a in op_def.input_arg) and not any(
+            a.type in ("func", "list(func)") for a in op_def.attr)
+    fdef = function_def(op_type)
+    if fdef is None:
+        return False
+    called = [f.name for node in fdef.node_def for a in node.attr.values()
+              for f in ([a.func] if a.func.name else list(a.list.func))]
+    return any(kernel_state(node.op) for node in fdef.node_def) or any(map(kernel_state, called))
 
 
 def function_def(op_type: str):

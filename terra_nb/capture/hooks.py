@@ -38,6 +38,7 @@ from tensorflow.python.eager import context, execute
 from tensorflow.python.eager.core import _FallbackException
 from tensorflow.python.framework import constant_op, dtypes, ops
 
+from . import replica_threads
 from .placeholder import Placeholder
 from .signature import op_info
 
@@ -67,6 +68,9 @@ _originals: dict[str, Any] = {}
 _MAY_HOLD = (Placeholder, list, tuple)
 
 
+_foreign = threading.Lock()  # one thread outside the loop's at a time resolves placeholders
+
+
 def real_values(args):
     """``args`` with every placeholder (also inside lists) replaced by its real value."""
     for a in args:  # a loop, not any(): this runs for every op
@@ -74,6 +78,21 @@ def real_values(args):
             break
     else:
         return args
+    if getattr(_local, "sink", None) is None and any(_holds_placeholder(a) for a in args):
+        # A thread with no sink (tf.distribute's all-reduce pool runs one per device at once)
+        # resolves placeholders through the loop's executor, which one thread at a time uses:
+        # the loop's thread is parked meanwhile, waiting for the pool.
+        with _foreign:
+            return _real_values(args)
+    return _real_values(args)
+
+
+def _holds_placeholder(a) -> bool:
+    return isinstance(a, Placeholder) or isinstance(a, (list, tuple)) and any(
+        isinstance(x, Placeholder) for x in a)
+
+
+def _real_values(args) -> list:
     out = []
     for a in args:
         if isinstance(a, Placeholder):
@@ -245,11 +264,24 @@ def _remember_originals() -> None:
         )
 
 
+def _thread_state() -> tuple:
+    """This thread's (sink, barrier): what a tf.distribute replica thread it starts takes."""
+    return getattr(_local, "sink", None), getattr(_local, "barrier", None)
+
+
+def _adopt(state: tuple) -> tuple:
+    """Make ``state`` this thread's (sink, barrier); return the pair it replaces."""
+    previous = _thread_state()
+    _local.sink, _local.barrier = state
+    return previous
+
+
 def _install() -> None:
     global _installs
     with _install_lock:
         if _installs == 0:
             _remember_originals()
+            replica_threads.install(_thread_state, _adopt)
             pywrap_tfe.TFE_Py_TensorShapeSlice = _tensor_shape_slice
             pywrap_tfe.TFE_Py_FastPathExecute = _fast_path_execute
             execute.quick_execute = _quick_execute
@@ -268,6 +300,7 @@ def _uninstall() -> None:
             execute.quick_execute = _originals["slow"]
             execute.execute = _originals["execute"]
             ops._EagerTensorBase._numpy = _originals["numpy"]
+            replica_threads.uninstall()
 
 
 def hold_placeholders() -> None:

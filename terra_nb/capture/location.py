@@ -100,18 +100,38 @@ class Location:
     frames: tuple[tuple[CodeType, int], ...]
     user_frames: tuple[tuple[str, int, str], ...]  # (file, line, function), root first
     loops: tuple[int, ...]  # enclosing user LoopSite ids, outermost first
+    library: str = "<library>"  # the text of a chain without user frames (``library_text``)
 
     @property
     def text(self) -> str:
-        """``file:line`` of the innermost user frame (where the user wrote the op)."""
+        """``file:line`` of the innermost user frame (where the user wrote the op); without one
+        (a Keras step of ``fit``), the innermost Keras line, in angle brackets."""
         if not self.user_frames:
-            return "<library>"
+            return self.library
         file, line, _ = self.user_frames[-1]
         return f"{os.path.basename(file)}:{line}"
 
     @property
     def function(self) -> str:
         return self.user_frames[-1][2] if self.user_frames else ""
+
+
+_KERAS_DIR = os.sep + "keras" + os.sep
+# Keras's plumbing under a layer or a step: its backend, ops and utilities
+_KERAS_PLUMBING = tuple(os.sep.join(("", "keras", "src", d, "")) for d in
+                        ("backend", "ops", "utils", "tree"))
+
+
+def library_text(frames) -> str:
+    """``<dense.py:144>``: the innermost Keras frame of a chain that is not Keras's plumbing
+    (where Keras runs the op: a layer's ``call``, ``train_step``, an optimizer), else the
+    innermost Keras frame, else ``<library>``."""
+    keras_frames = [(c, i) for c, i in frames if _KERAS_DIR in c.co_filename]
+    named = [(c, i) for c, i in keras_frames if not any(d in c.co_filename
+                                                        for d in _KERAS_PLUMBING)]
+    for code, lasti in (named or keras_frames)[-1:]:
+        return f"<{os.path.basename(code.co_filename)}:{_line_of(code, lasti)}>"
+    return "<library>"
 
 
 def _signature(frames) -> tuple:
@@ -202,6 +222,7 @@ class LocationTable:
                 if self._is_user(c)
             ),
             loops=self._user_loops(tuple(frames)),
+            library=library_text(frames),
         )
         self.locations.append(loc)
         self._ids[key] = loc.id

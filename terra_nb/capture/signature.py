@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import tensorflow as tf
 from tensorflow.python.framework import dtypes, op_def_registry, ops
 from tensorflow.python.framework.tensor_shape import TensorShape
 
@@ -34,14 +35,21 @@ _INDEX_ATTRS = {
 }
 _SHAPE_INPUTS = {"RandomUniform": (0,), "RandomStandardNormal": (0,), "TruncatedNormal": (0,),
                  "RandomUniformInt": (0,), "ScatterNd": (2,)}
-# The input pipeline's iterator ops: Python runs them for real, where they happen (an iterator's
-# end, OutOfRange, surfaces there), without waiting for the graph, which never touches an iterator.
-# A new iterator each epoch is no new call: their signatures are never looked up.
+# The input pipeline's ops: Python runs them for real, where they happen (an iterator's end,
+# OutOfRange, surfaces there), without waiting for the graph, which never touches an iterator or
+# a dataset. A new iterator each epoch is no new call: their signatures are never looked up. So
+# are the datasets a loop makes each epoch (a distributed dataset's per-device datasets are
+# ``GeneratorDataset``s whose functions are new every epoch) and a ``MultiDeviceIterator``'s ops.
 ITERATOR_OPS = frozenset({
     "AnonymousIterator", "AnonymousIteratorV2", "AnonymousIteratorV3", "IteratorV2",
     "MakeIterator", "DeleteIterator", "IteratorGetNext", "IteratorGetNextSync",
     "IteratorGetNextAsOptional", "OptionalGetValue", "OptionalHasValue", "OptionalNone",
-})
+    "IteratorToStringHandle", "IteratorFromStringHandleV2",
+    "MultiDeviceIterator", "AnonymousMultiDeviceIterator", "AnonymousMultiDeviceIteratorV3",
+    "DeleteMultiDeviceIterator", "MultiDeviceIteratorInit", "MultiDeviceIteratorToStringHandle",
+    "MultiDeviceIteratorFromStringHandle", "MultiDeviceIteratorGetNextFromShard",
+} | {op for op in dir(tf.raw_ops)
+     if op.endswith(("Dataset", "DatasetV2", "DatasetV3", "DatasetV4"))})
 MAX_VALUES = 16  # a shape-defining input of at most this many values is part of a signature
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..capture.functions import function_def
+from ..capture.functions import function_def, kernel_state
 from ..capture.signature import op_info
 from .lower import Segment
 from .rental import Rental
@@ -66,6 +66,7 @@ class Young(Rental):
     call_ops: int = 0  # ops that call a function
     call_share: float = 0.0  # of a run's time, in its calls (mean of the runs that timed them)
     timed: int = 0  # runs that timed their calls
+    kernel_state: bool = False  # an op keeps state in its kernel: never compiled
 
     def times_calls(self) -> bool:
         """Whether the run issued now stamps its calls (``submitted`` counts it already)."""
@@ -112,9 +113,9 @@ class CompilePolicy:
             if len(self._young) >= self.max_young:
                 self._young.clear()
             segment = make()
-            young = self._young[key] = Young(segment=segment,
-                                             estimate=compile_estimate(segment),
-                                             call_ops=_call_ops(segment))
+            young = self._young[key] = Young(
+                segment=segment, estimate=compile_estimate(segment), call_ops=_call_ops(segment),
+                kernel_state=any(kernel_state(op.op_type) for op in segment.ops))
         return young
 
     def worth_compiling(self, key: tuple) -> bool:

@@ -193,14 +193,22 @@ class Completions:
 
     def _record(self, item: WorkItem, end: float, calls: float | None) -> None:
         """The run's span on the timeline (from when the executor could start it to its end
-        stamp) and its rent."""
+        stamp; a compile the loop's thread did first is a span of its own) and its rent."""
         start = max(self._last_end, item.issued)
         end = max(end, start)
-        spans = self.runner.spans
-        if start > self._last_end > 0.0:
-            spans.append(RunnerSpan("graph", "stall", item.iteration, item.phase,
-                                    self._last_end, start))
-        spans.append(RunnerSpan("graph", "exec", item.iteration, item.phase, start, end))
+        spans, idle = self.runner.spans, self._last_end
+        if item.compiling:  # its compile held up the run's issue
+            compile_start = max(idle, item.compiling)
+            if compile_start > idle > 0.0:
+                spans.append(RunnerSpan("graph", "stall", item.iteration, item.phase, idle,
+                                        compile_start))
+            spans.append(RunnerSpan("graph", "compile", item.iteration, item.phase,
+                                    compile_start, start, item.label, item.ops, True))
+            idle = start
+        if start > idle > 0.0:
+            spans.append(RunnerSpan("graph", "stall", item.iteration, item.phase, idle, start))
+        spans.append(RunnerSpan("graph", "exec", item.iteration, item.phase, start, end,
+                                item.label, item.ops, item.compiled))
         self._last_end = end
         if item.young is not None:
             self.finished.append((item.young, end - start, calls))

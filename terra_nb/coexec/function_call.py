@@ -42,3 +42,12 @@ class FunctionCall:
     def __call__(self, *args) -> list:
         return execute.execute(self.name, self.n_out, [*args, *self.caps], self.attrs,
                                context.context())
+
+
+def xla_refused(error: BaseException) -> bool:
+    """Whether XLA refused to compile a segment (an op it has no kernel for), or to launch it
+    (a variable on another device than its cluster's: a replica's, under MirroredStrategy):
+    nothing ran."""
+    text = str(error)
+    return ("XLA" in text and ("unsupported operations" in text or "No registered" in text)) \
+        or ("Trying to access resource" in text and "located in device" in text)

@@ -35,9 +35,10 @@ from .. import capture
 from ..errors import TerraError
 from .compile_policy import CompilePolicy
 from .completion import Completions, issuing_into, read, stamp
-from .function_call import FunctionCall
+from .function_call import FunctionCall, xla_refused
 from .lower import Segment, compile_segment, interpretable, make_segment, real_argument, run_segment
 from .run_failures import RunFailures
+from .segment_names import SegmentNames
 from .work_items import ProgramRun, ProgramRuns, ProgramThread, WorkItem
 
 __all__ = ["GraphRunner", "ProgramRun", "ProgramRuns", "WorkItem"]
@@ -61,6 +62,7 @@ class GraphRunner:
         self.ops_submitted = 0
         self.ops_new = 0  # ops in segments submitted for the first time
         self._sightings: dict[tuple, int] = {}
+        self._names = SegmentNames()  # segment key -> its name in the timeline
         self.policy = CompilePolicy()
         self.spans: list = []  # RunnerSpans, appended by the helper threads
         self.failures = RunFailures(handles, describe)
@@ -91,6 +93,7 @@ class GraphRunner:
         self._account()
         item.generation = self.failures.generation
         sightings = self._sighted(item.key)
+        item.label = self._names.name(item.key, item.entries)
         self.ops_submitted += len(item.entries)
         if sightings == 1:
             self.ops_new += len(item.entries)
@@ -116,13 +119,14 @@ class GraphRunner:
         cached = self._cache.get(item.key)
         if isinstance(cached, Segment):
             return cached
-        if cached is not None or self.compile_after <= 1:
+        if cached is not None:
             return None
         young = self.policy.young(item.key, lambda: make_segment(item.key, item.entries))
         young.sighted(item.iteration)
-        # XLA: no estimate of its compile, so compiled as asked (``compile_after``)
-        due = sightings >= self.compile_after and (
-            self.xla or self.policy.worth_compiling(item.key))
+        # XLA: no estimate of its compile, so compiled as asked (``compile_after``); never one
+        # whose ops keep kernel state (a random op's stream): compiled, it would start again
+        due = (self.compile_after <= 1 or sightings >= self.compile_after and (
+            self.xla or self.policy.worth_compiling(item.key))) and not young.kernel_state
         if due or not interpretable(young.segment):
             self.policy.compiled(item.key)
             return None
@@ -133,6 +137,7 @@ class GraphRunner:
         """How many times ``key`` has been submitted, this one included."""
         if len(self._sightings) > 4096:  # many one-off paths: forgetting only delays a compile
             self._sightings.clear()
+            self._names.clear()
         count = self._sightings[key] = self._sightings.get(key, 0) + 1
         return count
 
@@ -172,7 +177,7 @@ class GraphRunner:
     def _execute(self, item: WorkItem) -> list:
         function, first = self._cache.get(item.key), None
         if function is None:
-            first = time.perf_counter()
+            first = item.compiling = time.perf_counter()
             function = self._cache[item.key] = self._compile(item)
             if len(self._cache) > self.max_compiled:
                 dropped, _ = self._cache.popitem(last=False)
@@ -191,7 +196,7 @@ class GraphRunner:
             values = self._refused_by_xla(item, args, values)
         if first is not None:  # its trace, and the instantiation its first issue does
             self.policy.learn(item.key, time.perf_counter() - first)
-        item.unchecked = item.key in self._unchecked
+        item.unchecked, item.compiled = item.key in self._unchecked, True
         return values
 
     def _refused_by_xla(self, item: WorkItem, args: list, values: list) -> list:
@@ -200,7 +205,7 @@ class GraphRunner:
         try:
             self.executor.wait()
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
-            if not _xla_refused(error):
+            if not xla_refused(error):
                 return values  # an op failed: confirmed as such in order
             self.executor.clear_error()
             segment = make_segment(item.key, item.entries)
@@ -216,7 +221,7 @@ class GraphRunner:
         args = [real_argument(a, dtype) for a, (dtype, _) in zip(item.args, segment.args)]
         young = item.young
         calls = item.calls if young is not None and young.times_calls() else None
-        item.env, item.unchecked = [], True
+        item.env, item.unchecked, item.compiled = [], True, False
         with issuing_into(self.executor):
             return run_segment(segment, args, self.handles, calls, item.env,
                                lambda: stamp(self.executor))
@@ -324,9 +329,3 @@ class GraphRunner:
         """The segments run so far, compiled or still interpreted (the generated program,
         inspectable)."""
         return tuple(self._segments.values()) + self.policy.segments()
-
-
-def _xla_refused(error: BaseException) -> bool:
-    """Whether XLA refused to compile a segment (an op it has no kernel for): nothing ran."""
-    text = str(error)
-    return "XLA" in text and ("unsupported operations" in text or "No registered" in text)

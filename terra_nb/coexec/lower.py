@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
-from tensorflow.python.eager import context, execute
+from tensorflow.python.eager import context, execute, record
 from tensorflow.python.framework import (
     op_def_library,
     op_def_library_pybind,
@@ -377,10 +377,18 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
         return [env[p][k] for p, k in segment.returns] + [env[p][0] for p in _unread(segment)]
 
     body.__name__ = name
-    specs = [tf.TensorSpec(shape, dtype) for dtype, shape in segment.args]
-    # XLA gives other values than eager for stateless random ops (it picks another algorithm):
-    # a segment holding one runs without XLA.
-    xla = xla and not any(op.op_type.startswith("Stateless") for op in segment.ops)
+    xla = xla and _xla_can_run(segment)
     function = tf.function(body, autograph=False, jit_compile=xla or None, reduce_retracing=False,
                            experimental_attributes={**NO_ACD, **(NOINLINE if noinline else {})})
-    return function.get_concrete_function(*specs)
+    with record.stop_recording():  # its captures of handles are no op of an open tape's
+        return function.get_concrete_function(
+            *[tf.TensorSpec(shape, dtype) for dtype, shape in segment.args])
+
+
+def _xla_can_run(segment: Segment) -> bool:
+    """XLA gives other values than eager for stateless random ops (it picks another algorithm):
+    a segment holding one runs without XLA. So does a segment on several devices (a
+    MirroredStrategy step): XLA compiles one cluster on one device, which then cannot reach the
+    other replicas' variables (InvalidArgumentError: Trying to access resource ...)."""
+    return not any(op.op_type.startswith("Stateless") for op in segment.ops) \
+        and len({op.device for op in segment.ops} - {""}) <= 1

@@ -29,6 +29,7 @@ class WorkItem:
     __slots__ = (
         "key", "entries", "args", "returns", "iteration", "phase", "done", "error", "generation",
         "young", "issued", "end", "calls", "env", "issue_error", "skipped", "unchecked",
+        "label", "ops", "compiled", "compiling",
     )
 
     def __init__(self, key: tuple, entries: list, args: list, returns: list, iteration: int,
@@ -49,6 +50,10 @@ class WorkItem:
         self.env: list[list] | None = None  # op by op: each op's outputs (names a failing op)
         self.issue_error: BaseException | None = None  # raised while it was issued
         self.skipped = False  # not issued: an earlier op of its generation failed
+        self.label = ""  # the segment's name in the timeline (segment_names.py)
+        self.ops = len(entries)
+        self.compiled: bool | None = None  # run as one compiled function, or op by op
+        self.compiling = 0.0  # perf_counter when its segment's compile began (0: none)
         self.unchecked = False  # its values' shapes are checked when confirmed (op by op)
 
     def release(self) -> None:
@@ -167,5 +172,5 @@ class ProgramThread:
             finally:
                 idle_since = time.perf_counter()
                 self.spans.append(RunnerSpan("graph", "exec", run.iteration, "coexec", start,
-                                             idle_since))
+                                             idle_since, "whole program", compiled=True))
                 self._queue.task_done()

@@ -13,7 +13,9 @@ Python functions are judged by the module that defines them:
 - the user's own code is allowed and watched: each C function it calls is judged below, and
   what it assigns is compared by the state walk (``python_state``).
 - any other installed package or standard-library module refuses the region when the user's
-  code calls it (``Unlisted``); called from trusted code, it is trusted with its caller.
+  code or a ``STDLIB_PURE`` module calls it (``Unlisted``; ``Mapping.get`` calls
+  ``os.environ``'s ``__getitem__``); called from a trusted package's code (``VOUCHING``), it is
+  trusted with its caller.
 
 C functions called from the user's code are judged by what they are:
 - builtins in ``PURE_BUILTINS``; ``REFUSED_BUILTINS`` (I/O, code execution) refuse;
@@ -59,7 +61,8 @@ STDLIB_PURE = frozenset({
     "threading", "weakref", "_weakrefset", "copy", "copyreg", "dataclasses", "types",
     "operator", "keyword", "string", "numbers", "posixpath", "genericpath", "importlib",
     "importlib._bootstrap", "importlib._bootstrap_external", "reprlib", "textwrap", "dis",
-    "opcode", "linecache", "tokenize", "traceback", "ast"})
+    "opcode", "linecache", "tokenize", "traceback", "ast", "heapq", "statistics", "fractions",
+    "json", "json.encoder", "json.decoder", "json.scanner"})
 
 PURE_BUILTINS = frozenset({
     "abs", "all", "any", "ascii", "bin", "callable", "chr", "delattr", "dir", "divmod",
@@ -73,11 +76,12 @@ PURE_C_MODULES = frozenset({
     "math", "cmath", "_operator", "_functools", "itertools", "_abc", "_weakref", "_collections",
     "_string", "_struct", "_json", "_sre", "_codecs", "numpy.core._multiarray_umath",
     "numpy._core._multiarray_umath", "_thread"})
+PURE_C_FUNCTIONS = frozenset({("_bisect", "bisect_left"), ("_bisect", "bisect_right")})
 PURE_SYS = frozenset({"_getframe", "exc_info", "getrecursionlimit", "getsizeof", "intern",
                       "getrefcount", "getdefaultencoding"})
 
 IMMUTABLE = (str, bytes, int, float, complex, bool, tuple, frozenset, range, slice, type(None),
-             type, memoryview, type(ModuleType.__dict__))
+             memoryview, type(ModuleType.__dict__))
 CONTAINERS = (list, dict, set, bytearray, collections.deque)
 MUTATING_METHODS = frozenset({
     "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update",
@@ -89,6 +93,7 @@ MUTATING_METHODS = frozenset({
 
 # verdicts
 TRUSTED, USER, TRACKED = "trusted", "user", "tracked"
+VOUCHING = "vouching"  # a trusted package's function: it vouches for the unlisted it calls
 
 
 class Unlisted(str):
@@ -113,7 +118,7 @@ def python_verdict(code: CodeType, module: str, user: bool) -> str:
     if what is not None:
         return f"calls {module}.{code.co_name}, which {what}"
     if module.split(".")[0] in TRUSTED_PACKAGES:
-        return TRUSTED
+        return VOUCHING
     if user:
         return USER
     if module in STDLIB_PURE:
@@ -146,7 +151,11 @@ def c_verdict(fn) -> str:
     if owner is None or type(owner) is ModuleType:
         return _module_function(getattr(owner, "__name__", None) or fn.__module__ or "?", name)
     kind = type(owner)
-    if isinstance(owner, IMMUTABLE):
+    if isinstance(owner, type):  # a class's own method (``dict.fromkeys``, ``datetime.now``)
+        kind = owner
+        if kind.__module__ == "builtins":
+            return TRUSTED
+    elif isinstance(owner, IMMUTABLE):
         return TRUSTED
     if isinstance(owner, CONTAINERS + (np.ndarray,)):
         return TRACKED if name in MUTATING_METHODS else TRUSTED
@@ -168,7 +177,7 @@ def _module_function(module: str, name: str) -> str:
         return TRUSTED
     if module.startswith("numpy") and _refused_module(module) is None:
         return TRUSTED
-    if module in PURE_C_MODULES:
+    if module in PURE_C_MODULES or (module, name) in PURE_C_FUNCTIONS:
         return TRUSTED
     what = _refused_module(module)
     why = f", which {what}" if what else " (not known to be free of effects)"

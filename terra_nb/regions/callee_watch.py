@@ -3,12 +3,14 @@
 A profile function (``sys.setprofile``, the loop's thread only, during the call's traced runs:
 never on a hit) sees each Python function called and each C function the user's code calls.
 A callee the rules do not allow refuses the region; the reason names it and the line that
-called it. Three things are decided when the call has returned:
+called it. Four things are decided when the call has returned:
 - a container or array the user's code changed in place (``list.append``) refuses the region
   if it outlives the call (something besides the watch holds it) and is not as it was, unless
   the call returned it;
 - a generator of the user's code resumed in the call refuses it if it was started before the
   call, or outlives it (its state moved on, and a hit would not move it);
+- the shapes Python read (``shape_reads``): a region whose op's output shape depends on values
+  refuses if Python read it (``recorded_ops``);
 - ``record_operation`` (a custom gradient: ``tf.custom_gradient``, ``tf.recompute_grad``)
   refuses it while a tape records: the region's backward applies TensorFlow's registered
   gradients, never the call's own function. Recorded while no tape does (Keras's all-reduce in
@@ -25,10 +27,21 @@ from types import CodeType, FrameType
 
 import numpy as np
 from tensorflow.python.eager import record
+from tensorflow.python.framework import ops
+from tensorflow.python.framework import tensor as tensor_lib
 
 from ..capture.location import is_user_code
 from ..capture.placeholder import Placeholder
-from .callee_rules import TRACKED, TRUSTED, USER, Unlisted, c_key, c_verdict, python_verdict
+from .callee_rules import (
+    TRACKED,
+    TRUSTED,
+    USER,
+    VOUCHING,
+    Unlisted,
+    c_key,
+    c_verdict,
+    python_verdict,
+)
 
 MAX_REASONS = 3
 _GENERATORS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -53,19 +66,35 @@ def _python_verdict(frame: FrameType) -> str:
     return verdict
 
 
-def _recorders() -> frozenset[CodeType]:
+def _recorders() -> set[CodeType]:
     """The code of TensorFlow's own ``record_operation*`` (under terra-nb's wrappers)."""
     if not _RECORDERS:
         names = ("record_operation", "record_operation_backprop_only",
                  "record_operation_forwardprop_only")
         _RECORDERS.update(inspect.unwrap(getattr(record, n)).__code__ for n in names)
-    return frozenset(_RECORDERS)
+    return _RECORDERS
 
 
 _RECORDERS: set[CodeType] = set()
 _TIES = {Placeholder.real.__code__}  # terra-nb's own records: a read value tied to the tape
 # a tf.function call records its op so: formation refuses calls that hold one, saying so
 _FUNCTION_CALLS = "tensorflow.python.eager.polymorphic_function"
+
+
+def _shape_codes() -> frozenset[CodeType]:
+    """The code of the Python ways to read a tensor's shape (eager tensors' and placeholders')."""
+    codes = set()
+    for cls in (ops._EagerTensorBase, tensor_lib.Tensor, Placeholder):
+        for name in ("shape", "get_shape", "ndim", "__len__", "_shape_tuple", "_rank",
+                     "_shape_as_list"):
+            value = cls.__dict__.get(name)
+            fn = value.fget if isinstance(value, property) else value
+            if hasattr(fn, "__code__"):
+                codes.add(fn.__code__)
+    return frozenset(codes)
+
+
+_SHAPE_READS = _shape_codes()
 
 
 def _where(frame: FrameType | None) -> str:
@@ -92,6 +121,7 @@ class CalleeWatch:
         self._started: dict[int, FrameType] = {}  # generator frames started in the call
         self._vouched: set[int] = set()  # frames of unlisted functions trusted code called
         self.own_gradient: str | None = None  # a custom gradient recorded while no tape did
+        self.shape_reads: set = set()  # ``_id`` of the tensors whose shape Python read
         self._on = False
 
     def __enter__(self) -> CalleeWatch:
@@ -115,8 +145,10 @@ class CalleeWatch:
 
     def _event(self, frame: FrameType, event: str, arg) -> None:
         if event == "call":
+            if frame.f_code in _SHAPE_READS:
+                self._shape_read(frame)
             verdict = _python.get(frame.f_code) or _python_verdict(frame)
-            if verdict is TRUSTED:
+            if verdict is VOUCHING or verdict is TRUSTED:
                 return
             if verdict is USER:
                 if frame.f_code.co_flags & _GENERATORS:
@@ -146,14 +178,21 @@ class CalleeWatch:
         if caller is None:
             self._refuse(verdict, None)
             return
-        by = _python.get(caller.f_code, TRUSTED)
-        if by is TRUSTED or id(caller) in self._vouched:
+        by = _python.get(caller.f_code, VOUCHING)
+        if by is VOUCHING or id(caller) in self._vouched:
             if isinstance(verdict, Unlisted):
                 self._vouched.add(id(frame))
                 return
-        elif by is not USER:
+        elif by is not USER and by is not TRUSTED:
             return  # inside a refused function: its own calls add no reason
         self._refuse(verdict, caller)
+
+    def _shape_read(self, frame: FrameType) -> None:
+        """A tensor's shape read in Python, unless by terra-nb's own hooks (signatures)."""
+        caller = frame.f_back
+        if caller is not None and not caller.f_globals.get("__name__", "").startswith(
+                "terra_nb"):
+            self.shape_reads.add(getattr(frame.f_locals.get("self"), "_id", None))
 
     def _resumed(self, frame: FrameType) -> None:
         if frame.f_lasti <= _first_resume(frame.f_code):

@@ -57,6 +57,10 @@ class EffectProbe:
         sys.stdout, sys.stderr = _CountingStream(self.out), _CountingStream(self.err)
         return self
 
+    def tensor_ids(self) -> set[int]:
+        """Ids of the tensors the probed objects hold (a layer's constant)."""
+        return set() if self.state is None else self.state.tensor_ids
+
     def __exit__(self, *exc) -> None:
         writes = sys.stdout.writes + sys.stderr.writes
         sys.stdout, sys.stderr = self.out, self.err

@@ -14,32 +14,45 @@ from tensorflow.python.framework.indexed_slices import IndexedSlices
 from .. import capture
 from .function_calls import SCALARS, TENSORS
 
+# tensors Keras attaches to a layer's output for the calls after it: a mask, and the logits of
+# a sigmoid or softmax (its cross-entropies compute from them)
+KERAS_ATTACHED = ("_keras_mask", "_keras_logits")
+
 
 class Unguardable(Exception):
     """An argument the guard cannot key (its value would be baked into the region)."""
 
 
-def _specs(value, out: list, tensors: list) -> None:
-    """Guard key of one argument, appended to ``out``; lists, tuples and dicts recursively (a
-    tensor held in a container keyed by identity would be baked in by value)."""
+def _specs(value, out: list, tensors: list, seen: dict) -> None:
+    """Guard key of one argument, appended to ``out``; lists, tuples and dicts (of any dict
+    class) recursively: a tensor held in a container keyed by identity would be baked in by
+    value. A tensor given twice is keyed as the same one (``seen``: id -> its first position):
+    the recording wires both uses to one argument."""
     t = type(value)
     if t in TENSORS:
-        out.append((value.dtype, value._shape_tuple()))
+        first = seen.setdefault(id(value), len(tensors))
+        same = first != len(tensors)
+        out.append(("same", first) if same else (value.dtype, value._shape_tuple()))
         tensors.append(value)
+        for name in KERAS_ATTACHED:  # read by Keras's losses: arguments too
+            attached = getattr(value, name, None)
+            if type(attached) in TENSORS:
+                out.append(name)
+                _specs(attached, out, tensors, seen)
     elif t is list or t is tuple:
         out.append(len(value))
         for v in value:
-            _specs(v, out, tensors)
-    elif t is dict:
-        out.append(tuple(value))
+            _specs(v, out, tensors, seen)
+    elif isinstance(value, dict):  # an OrderedDict's items too (its attributes: python_state)
+        out.append((t, tuple(value)))
         for v in value.values():
-            _specs(v, out, tensors)
+            _specs(v, out, tensors, seen)
     elif t in SCALARS:
         out.append((t, value))
     elif t is IndexedSlices:  # a sparse gradient (an embedding's): its three tensors
         out.append(t)
         for part in (value.values, value.indices, value.dense_shape):
-            _specs(part, out, tensors)
+            _specs(part, out, tensors, seen)
     elif isinstance(value, np.ndarray | np.generic):
         raise Unguardable("a numpy argument (its values would be baked in)")
     else:
@@ -47,12 +60,12 @@ def _specs(value, out: list, tensors: list) -> None:
 
 
 def guard_key(obj, method: str, args: tuple, kwargs: dict) -> tuple[tuple, list]:
-    out, tensors = [id(obj), method], []
+    out, tensors, seen = [id(obj), method], [], {}
     for a in args:
-        _specs(a, out, tensors)
+        _specs(a, out, tensors, seen)
     for k, v in kwargs.items():
         out.append(k)
-        _specs(v, out, tensors)
+        _specs(v, out, tensors, seen)
     return tuple(out), tensors
 
 

@@ -19,13 +19,14 @@ import threading
 
 import keras
 import tensorflow as tf
+from tensorflow.python import pywrap_tfe
 from tensorflow.python.eager import context, record
 from tensorflow.python.eager.polymorphic_function import concrete_function, polymorphic_function
 
 from ..timeline import RunnerSpan
 from .function_calls import spy_call_flat
 from .hidden_frames import HiddenFrames
-from .python_state import WRITES_COUNTED, count_write, forget_writes, same_value
+from .python_state import FIT_STATE, WRITES_COUNTED, count_write, forget_writes, same_value
 from .table import Regions
 
 
@@ -57,7 +58,9 @@ def _counting(original):
     def __setattr__(self, name, value):  # noqa: N807 - it replaces __setattr__
         # Keras assigns ``built`` and ``_called`` again on every call (the same object); a loop
         # may assign a scheduled float that stopped changing (an equal new object): no change
-        if not same_value(getattr(self, "__dict__", {}).get(name, _MISSING), value):
+        # (``fit`` sets a model's ``history`` and step functions: the loop's, never a call's)
+        if name not in FIT_STATE and not same_value(getattr(self, "__dict__", {}).get(
+                name, _MISSING), value):
             count_write(self)
         original(self, name, value)
 
@@ -129,7 +132,9 @@ def _wrap_recorder(original):
     def wrapper(op_type, outputs, inputs, backward_function, *args, **kwargs):
         original(op_type, outputs, inputs, backward_function, *args, **kwargs)
         regions = getattr(_local, "regions", None)
-        if regions is not None and regions.tapes.active:
+        # a record while recording is stopped reaches no tape (a function's captures, traced)
+        if regions is not None and regions.tapes.active \
+                and not pywrap_tfe.TFE_Py_TapeSetIsStopped():
             regions.tapes.on_record(op_type, outputs, inputs, backward_function)
 
     return wrapper
@@ -184,6 +189,7 @@ class Interception:
         self.regions.tapes.enabled = tapes
         self._hold: contextlib.ExitStack | None = None
         self._settled = 0
+        self.forming = ""  # the calls whose regions the next iteration runs for real for
 
     def _created(self, next_creator, **kwargs):
         self.regions.epoch += 1
@@ -211,10 +217,17 @@ class Interception:
         next one should run for real too (at most ``SETTLE_ITERATIONS`` times)."""
         regions = self.regions
         settling, regions.changed = regions.changed, False
+        forming, regions.forming = regions.forming, {}
         if settling and self._settled < SETTLE_ITERATIONS:
             self._settled += 1
+            self.forming = "; ".join(f"{call} ({what})" for call, what in forming.items())
             return True
         return False
+
+    @property
+    def hit(self) -> bool:
+        """Whether a region answered a call in the iteration now ending (before ``take_marks``)."""
+        return bool(self.regions.marks)
 
     def take_marks(self, iteration: int, phase: str) -> list[RunnerSpan]:
         """The region calls answered in the iteration just ended, as timeline spans."""

@@ -40,6 +40,8 @@ import numpy as np
 import tensorflow as tf
 from keras.src.ops import node as keras_node
 
+from .state_fingerprints import NUMPY_RANDOM, generator_state, numpy_random_state
+
 _ATOMS = (type(None), bool, int, float, complex, str, bytes)
 _OPAQUE = (tf.Tensor, tf.Variable, keras.Variable, keras.KerasTensor, keras_node.Node,
            types.ModuleType, types.BuiltinFunctionType, types.CodeType)
@@ -48,13 +50,20 @@ _LIBRARIES = ("keras", "tensorflow", "numpy", "builtins", "tf_keras", "terra_nb"
 _LIBRARY_DIRS = tuple(sorted({os.path.realpath(sysconfig.get_paths()[k])
                               for k in ("stdlib", "platstdlib", "purelib", "platlib")}))
 # Keras's layer graph and checkpoint tracking: links to layers the roots list, never read by a
-# call's arithmetic; ``_auto_config``: the constructor's arguments, read by ``get_config``
-_PLUMBING = frozenset({
+# call's arithmetic; ``_auto_config``: the constructor's arguments, read by ``get_config``;
+# what ``fit``/``evaluate``/``predict`` keep on a model between steps (the ``History`` that grows
+# every epoch, the validation data's iterator, the step functions, the stop flags): the
+# training loop's, which a model's call never reads (a region in ``fit`` missed every epoch)
+PLUMBING = frozenset({
     "_inbound_nodes", "_outbound_nodes", "_keras_history", "_tracker", "_functional",
     "_nodes_by_depth", "_operations_by_depth", "_auto_config",
     "_self_saveable_object_factories", "_self_unconditional_checkpoint_dependencies",
     "_self_unconditional_dependency_names", "_self_unconditional_deferred_dependencies",
     "_self_name_based_restores"})
+FIT_STATE = frozenset({
+    "history", "_eval_epoch_iterator", "train_function", "test_function", "predict_function",
+    "stop_training", "stop_evaluating", "stop_predicting"})
+PLUMBING |= FIT_STATE
 SMALL_ARRAY = 4096  # numpy arrays up to this many elements are compared by content
 MAX_VALUES = 200_000  # beyond, the state is too large to compare on every hit
 _EMPTY = object()  # an empty closure cell
@@ -142,6 +151,7 @@ class _Walk:
         self.sizes: list = []  # the containers whose sizes are compared
         self.arrays: list = []
         self.stack: list[tuple[object, str]] = []
+        self.tensors: set[int] = set()  # ids of the tensors the state holds
 
     def push(self, values, path: str) -> None:
         for i, v in enumerate(values):
@@ -150,7 +160,7 @@ class _Walk:
 
     def push_items(self, d, path: str, dotted: bool = False) -> None:
         for k, v in list(d.items()):
-            if type(v) not in _ATOMS and not (dotted and k in _PLUMBING):
+            if type(v) not in _ATOMS and not (dotted and k in PLUMBING):
                 self.stack.append((v, f"{path}.{k}" if dotted else f"{path}[{k!r}]"))
 
     def source(self, source, path: str, names=None) -> None:
@@ -166,7 +176,9 @@ class _Walk:
             self.step(*self.stack.pop())
 
     def step(self, obj, path: str) -> None:
-        if id(obj) not in self.seen and not isinstance(obj, _OPAQUE):
+        if isinstance(obj, tf.Tensor):
+            self.tensors.add(id(obj))
+        elif id(obj) not in self.seen and not isinstance(obj, _OPAQUE):
             self.seen.add(id(obj))
             try:
                 self.visit(obj, path)
@@ -204,11 +216,11 @@ class _Walk:
             self.stack += [(getattr(obj, a), path) for a in ("fget", "fset", "__func__")
                            if getattr(obj, a, None) is not None]
         elif isinstance(obj, types.GeneratorType):  # where it stands and its locals
-            self.source(lambda: _generator_state(obj), path)
+            self.source(lambda: generator_state(obj), path)
         elif isinstance(obj, random.Random):  # a generator of the user's own
             self.source(lambda: (hash(obj.getstate()),), path, ["state"])
-        elif isinstance(obj, _NUMPY_RANDOM):  # numpy's draws run in Cython: no watch sees them
-            self.source(lambda: (_numpy_random_state(obj),), path, ["state"])
+        elif isinstance(obj, NUMPY_RANDOM):  # numpy's draws run in Cython: no watch sees them
+            self.source(lambda: (numpy_random_state(obj),), path, ["state"])
         elif isinstance(obj, type):
             if _user(obj):
                 self.source(obj.__dict__.values, path, ".")
@@ -261,6 +273,7 @@ class PythonState:
         walk.run(roots)
         self._sources, self._names, self._arrays = walk.sources, walk.names, walk.arrays
         self._sized = walk.sizes
+        self.tensor_ids = walk.tensors  # ids only: the objects hold the tensors
         self._sizes = list(map(len, self._sized))
         self._counted = [id(o) for o in walk.counted]
         self._writes = _writes_to(self._counted)
@@ -335,36 +348,29 @@ def _fingerprint(value):
 def _attributes(objs: list) -> list[dict]:
     """A fingerprint of each object's attributes: scalars by value, other objects by identity
     (and lists, dicts, sets by length too)."""
-    return [{k: _fingerprint(v) for k, v in vars(o).items()} for o in objs]
+    return [{k: _fingerprint(v) for k, v in vars(o).items() if k not in FIT_STATE} for o in objs]
 
 
-_NUMPY_RANDOM = (np.random.Generator, np.random.RandomState, np.random.BitGenerator)
+_CALLABLES = (types.FunctionType, types.MethodType, functools.partial)
 
 
-def _numpy_random_state(source) -> int:
-    """A fingerprint of a numpy generator's state (its bit generator's, arrays by bytes)."""
-    bits = getattr(source, "bit_generator", None) or getattr(source, "_bit_generator", source)
-    return hash(_frozen(bits.state))
-
-
-def _frozen(value):
-    if isinstance(value, dict):
-        return tuple((k, _frozen(v)) for k, v in sorted(value.items()))
-    if isinstance(value, np.ndarray):
-        return value.tobytes()
-    return value
-
-
-def _generator_state(generator) -> list:
-    frame = generator.gi_frame
-    return [] if frame is None else [frame.f_lasti, *frame.f_locals.values()]
-
-
-def argument_objects(values) -> list:
-    """Those of a call's arguments whose state it may read: Keras's and the user's objects
-    (tensors, scalars and containers are keyed by the guard itself)."""
-    return [v for v in values if type(v) not in _ATOMS and not isinstance(
-        v, _OPAQUE + (list, tuple, dict, np.ndarray)) and _walked_instance(v)]
+def argument_objects(values, depth: int = 0) -> list:
+    """Those of a call's arguments whose state it may read, also inside the lists, tuples and
+    dicts it is given: Keras's and the user's objects, functions (their closures and globals),
+    and a container of a subclass (an ``OrderedDict``: its own attributes); the guard keys
+    tensors, scalars and the containers' items itself."""
+    out = []
+    for v in values:
+        if type(v) in _ATOMS or isinstance(v, _OPAQUE + (np.ndarray,)):
+            continue
+        if isinstance(v, list | tuple | dict):
+            if depth < 4:
+                out += argument_objects(v.values() if isinstance(v, dict) else v, depth + 1)
+            if type(v) not in (list, tuple, dict):
+                out.append(v)
+        elif _walked_instance(v) or isinstance(v, _CALLABLES):
+            out.append(v)
+    return out
 
 
 def same_value(a, b) -> bool:

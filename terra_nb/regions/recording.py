@@ -113,17 +113,31 @@ class Recording:
         self._cap: dict = {}  # handle id -> capture key
         self._shape_derived: set = set()
         self._key: tuple | None = None
+        self._first_id = tee.first_id
+        self.outside: set[int] = set()  # ids of tensors made before the call, baked by value
         with capture.bypass():
             for p, raw in enumerate(tee.raw):
                 self._add_op(p, *raw[:4])
             self._split_reads(tee.fetched, tee.first_id)
         leaves = tf.nest.flatten(result)
         self.out_wires = [self._out_wire(leaf) for leaf in leaves]
+        # Keras's sigmoid and softmax leave their logits on the output (``_keras_logits``), and
+        # its cross-entropies compute from them: a hit sets them again (leaf index, wire)
+        self.logits = [(i, self._out_wire(leaf._keras_logits)) for i, leaf in enumerate(leaves)
+                       if isinstance(getattr(leaf, "_keras_logits", None), tf.Tensor)]
         # the result's structure, without keeping its tensors alive
         self.out_struct = tf.nest.pack_sequence_as(
             result, [None if isinstance(leaf, tf.Tensor) else leaf for leaf in leaves])
         self.created_vars = any(op.op_type in VARIABLE_OPS for op in self.ops)
-        self.own_gradient: str | None = None  # set by formation: a custom gradient it recorded
+        # set by formation: why its region must not be differentiated (a custom gradient it
+        # recorded, value-dependent shapes B would fix), and the positions of the ops whose
+        # output shapes Python read
+        self.no_backward: str | None = None
+        self.shapes_read: set[int] = set()
+
+    def positions_of(self, ids: set[int]) -> set[int]:
+        """The positions of the ops that made the tensors of ``ids``."""
+        return {self._made[i][0] for i in ids if i in self._made}
 
     def _split_reads(self, fetched: list, first_id: int | None) -> None:
         """Reads of shape-derived values (Keras' Dropout reads its noise shape) are fixed by the
@@ -175,6 +189,8 @@ class Recording:
                 self.captures[key] = self.handles[key] = x
             return Wire("var", self._cap[tid]), False
         # a constant: an eager tensor made without an op, or a Python value
+        if tid is not None and self._first_id is not None and tid < self._first_id:
+            self.outside.add(tid)  # not made by the call: held by its object, or hidden
         value = x.numpy() if tid is not None else np.asarray(x, dtype)
         key = len(self.captures)
         self.captures[key] = self.consts[key] = value
@@ -216,7 +232,8 @@ class Recording:
         handles = tuple((k, h._id) for k, h in self.handles.items())
         outs = tuple(w if isinstance(w, Wire) else id(w) for w in self.out_wires)
         ops = tuple((o.op_type, o.attrs, o.inputs) for o in self.ops)
-        return ops, self.paused, consts, handles, outs, self.args, tuple(self.branches)
+        logits = tuple((i, w if isinstance(w, Wire) else id(w)) for i, w in self.logits)
+        return ops, self.paused, consts, handles, outs, self.args, tuple(self.branches), logits
 
 
 def packer(struct) -> Callable[[list], Any]:

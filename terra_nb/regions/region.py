@@ -122,7 +122,7 @@ class Region:
         self.label = "region_" + re.sub(r"\W+", "_", name.replace("__", ""))
         self.hits = 0
         self.broken: str | None = None  # why B cannot be built
-        self.own_gradient = rec.own_gradient  # a custom gradient in the call: no B
+        self.no_backward = rec.no_backward  # why B would not be eager's (None: it would)
         self.backwards: dict = {}  # watched args -> (F with saved values, B, B's saved inputs)
         self.spec = rec.spec
         self.trainable = {}  # capture key -> tf.Variable
@@ -135,12 +135,11 @@ class Region:
         self.float_args = tuple(i for i, (dt, _) in enumerate(rec.args) if trainable_dtype(dt))
         # F returns each op output once: an output returned twice (a cell's output and its new
         # state) is one tensor, as in eager, and one output of the region's op on the tape
-        self.outs = list(dict.fromkeys(w for w in rec.out_wires
+        self.outs = list(dict.fromkeys(w for w in rec.out_wires + [w for _, w in rec.logits]
                                        if isinstance(w, Wire) and w.kind == "op"))
         # where each leaf of the call's result comes from: F's output j, argument i, or a value
-        self._leaves = [("op", self.outs.index(w)) if isinstance(w, Wire) and w.kind == "op"
-                        else ("arg", w.index) if isinstance(w, Wire) else ("value", w)
-                        for w in rec.out_wires]
+        self._leaves = [self._source(w) for w in rec.out_wires]
+        self._logits = [(i, self._source(w)) for i, w in rec.logits]  # set on leaf i
         self.single = len(rec.out_wires) == 1 and not tf.nest.is_nested(rec.out_struct)
         self.pack = packer(rec.out_struct)
         # F alone is compiled on the first call no tape records: a model called only under a
@@ -151,6 +150,10 @@ class Region:
             self.branch_guard = None if segment is None else FastCall(compile_segment(
                 segment, rec.captures, noinline=True, name=self.label + "_guard"))
         self.branch_values = [v for _, _, v in rec.branches]
+
+    def _source(self, w) -> tuple:
+        return ("op", self.outs.index(w)) if isinstance(w, Wire) and w.kind == "op" \
+            else ("arg", w.index) if isinstance(w, Wire) else ("value", w)
 
     @property
     def obj(self):
@@ -245,8 +248,8 @@ class Region:
         differentiated again (nested tapes, forward accumulators): B is not differentiable."""
         watched = ()
         taped = record.could_possibly_record() and bool(self.t_vars or self.float_args)
-        if taped and self.own_gradient:
-            self.broken = self.own_gradient
+        if taped and self.no_backward:
+            self.broken = self.no_backward
             return DECLINED
         if taped:
             watched = tuple(i for i in self.float_args if record.should_record_backprop([args[i]]))
@@ -273,6 +276,8 @@ class Region:
                                     + self.t_handles, functools.partial(_gradient, backward, saved))
         leaves = [flat[j] if kind == "op" else args[j] if kind == "arg" else j
                   for kind, j in self._leaves]
+        for i, (kind, j) in self._logits:
+            leaves[i]._keras_logits = flat[j] if kind == "op" else args[j] if kind == "arg" else j
         if self.single:  # one tensor (a model's output) or none: nothing to pack
             return leaves[0]
         return self.pack(leaves)

@@ -17,20 +17,17 @@ import weakref
 
 from tensorflow.python.framework import op_def_registry
 
-from .. import capture
-from ..capture import hooks
 from ..capture.location import user_line
 from ..trace.tracegraph import RegionCall
-from .callee_watch import CalleeWatch
-from .effects import EffectProbe, hidden_inputs, objects_of, side_outputs
 from .families import Families, family_key
 from .function_calls import FunctionCalls
 from .guard_key import Unguardable, guard_key, numpy_as_tensors, variables_in
-from .python_state import TooLarge, argument_objects
-from .recording import Recording, RecordingTee
+from .python_state import TooLarge
+from .recording import Recording
 from .region import DECLINED, Region
 from .summary import RegionRow, RegionSummary
 from .tapes import Tapes
+from .traced_call import TracedCall, unsound_ops
 from .variants import MAX_VARIANTS, Variants
 
 _MISS = object()  # Regions._hit: no region answered the call
@@ -52,6 +49,7 @@ class Regions:
         self.specs_for: dict[tuple, int] = {}  # (object id, method) -> rows (guard keys)
         self.epoch = 0  # variables created in the loop's thread
         self.changed = False  # a call was traced on its way to a region, or one formed
+        self.forming: dict[str, str] = {}  # call -> what it did to set ``changed`` (for why)
         # keys whose next call must come in an iteration run for real -> iterations waited
         self.awaiting: dict[tuple, int] = {}
         self.dropped: dict[str, RegionCall] = {}  # the functions of regions no longer formed
@@ -90,7 +88,7 @@ class Regions:
         row = self.rows.pop(key, None)
         if row is None:
             return
-        if row.hits:
+        if row.hits or row.earlier:
             row.collected()
             self.rows[("collected", id(row), *key)] = row
         else:
@@ -131,10 +129,12 @@ class Regions:
     def carry_over(self) -> None:
         """At the start of a new Terra's loop (a re-run cell): keep the regions whose objects
         are alive and whose Python state is as when they formed, and start their variable
-        counts afresh."""
+        counts and hits afresh."""
         self.pending.clear()
         self.tapes.pending.clear()
         self.variants.clear()
+        for row in self.rows.values():
+            row.new_run()
         for key, region in list(self.table.items()):
             if region.objects() is None or not region.python.carried_over():
                 self.rows[key].miss("the object was dropped or changed between runs")
@@ -150,6 +150,8 @@ class Regions:
         most."""
         self.awaiting[key] = 0
         self.changed = True
+        row = self.rows.get(key)
+        self.forming[row.name if row else "GradientTape.gradient"] = "its new function's first call"
 
     def came(self, key: tuple) -> None:
         """``key``'s call is awaited no more (it came, or its region or rent account is gone)."""
@@ -162,6 +164,10 @@ class Regions:
                          if waited < AWAIT_ITERATIONS}
         if self.awaiting:
             self.changed = True
+            for key in self.awaiting:
+                row = self.rows.get(key)
+                self.forming[row.name if row else "GradientTape.gradient"] = \
+                    "its new function's first call, awaited"
 
     def _drop(self, key: tuple) -> None:
         """The region of ``key`` is no longer answered; its functions stay named."""
@@ -191,7 +197,7 @@ class Regions:
                 return result
             row = self._row(key, obj, method)
             if row.state != "refused" or row.refusals < REFUSE_AFTER:
-                tracing = _TracedCall(self, key, row, obj, tensors, args + tuple(kwargs.values()))
+                tracing = TracedCall(self, key, row, obj, tensors, args + tuple(kwargs.values()))
         with tracing or contextlib.nullcontext():
             result = fn(*args, **kwargs)
         if tracing is not None:
@@ -292,8 +298,9 @@ class Regions:
             if handle is not None:
                 variables[handle._id] = v
         unknown = [h for h in rec.handles.values() if h._id not in variables]
-        if unknown:
-            row.refuse(f"reads {len(unknown)} variable(s) the object does not own")
+        if unknown:  # the call's structure (a lookup table's): every run reads them
+            self._refuse_for_good(row, f"reads {len(unknown)} variable(s) the object does not "
+                                       f"own")
             return
         calls = sorted({op.op_type for op in rec.ops if op_def_registry.get(op.op_type) is None})
         if calls:  # regions lower ops by their OpDef
@@ -301,6 +308,10 @@ class Regions:
                                        f"(function calls inside a region are not supported)")
             return
         region = self.variants.reuse(key, rec.key())  # a way of its branches formed before
+        why = None if region else unsound_ops(rec)
+        if why:
+            self._refuse_for_good(row, why)
+            return
         try:
             region = region or Region(rec, variables, obj, row.name)
         except Exception as error:  # noqa: BLE001 - e.g. an op terra-nb cannot lower
@@ -322,49 +333,3 @@ class Regions:
         self.formed_for[ident] = self.formed_for.get(ident, 0) + 1
         row.form(region.n_ops)
         self.await_call(key)  # its function's first call
-
-
-class _TracedCall:
-    """One run of a call's Python on its way to a region: its ops are recorded (a tee into the
-    engine's sink) and its effects probed; ``finish`` forms the region, keeps the recording or
-    refuses the call."""
-
-    def __init__(self, regions: Regions, key: tuple, row: RegionRow, obj, tensors: list,
-                 args: tuple) -> None:
-        regions.changed = True
-        self.regions, self.key, self.row, self.obj = regions, key, row, obj
-        self.tensors, self.args = tensors, args
-        self.objs = objects_of(obj)
-        self.arguments = argument_objects(args)  # probed, then guarded by the region
-        self.epoch = regions.epoch
-        self.tee = RecordingTee(hooks.current_sink())
-        self._hold = contextlib.ExitStack()
-
-    def __enter__(self) -> None:
-        self.probe = self._hold.enter_context(EffectProbe(self.objs, self.arguments))
-        self._hold.enter_context(capture.capturing(self.tee))
-        self.callees = self._hold.enter_context(CalleeWatch())  # innermost: the call alone
-
-    def __exit__(self, *exc) -> None:
-        self._hold.close()
-
-    def finish(self, result) -> None:
-        regions, row, key = self.regions, self.row, self.key
-        rec = Recording(self.tee, self.tensors, result)
-        rec.own_gradient = self.callees.own_gradient
-        effects = self.probe.effects + side_outputs(self.obj, result) + hidden_inputs(self.obj)
-        effects += self.callees.finish(result)
-        effects += [f"value read ({rec.reads} tensors)"] * bool(rec.reads)
-        if rec.created_vars or regions.epoch != self.epoch:
-            effects.append("variable created")
-        earlier = regions.pending.pop(key, [])
-        same = [r for r in earlier if r.key() == rec.key()]
-        if effects:
-            row.refuse("; ".join(effects))
-        elif same or regions.families.shared(family_key(self.obj, key[1], rec)):
-            # a call of a family with a shared F needs no second run: its ops are the family's
-            regions.form(key, row, self.obj, rec, self.objs, self.args, self.arguments)
-            regions.keep_pending(key, [r for r in earlier if r not in same])  # other ways
-        else:
-            regions.keep_pending(key, earlier + [rec])
-            row.note("traced")

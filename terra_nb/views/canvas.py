@@ -8,29 +8,34 @@ Coordinates are SVG user units; the PNG is drawn at ``scale`` pixels per unit.
 from __future__ import annotations
 
 import io
+import uuid
 from contextlib import contextmanager
 from functools import lru_cache
 from html import escape
 from typing import Any
 
-HATCH = "url(#terra-hatch)"  # stall spans: hatched in SVG, grey in PNG
+HATCH = "terra-hatch"  # the fill of stall spans: hatched in SVG, grey in PNG
 HATCH_PNG = "#ced4da"
 DEFS = (
-    '<defs><pattern id="terra-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+    '<defs><pattern id="{id}" width="6" height="6" patternUnits="userSpaceOnUse" '
     'patternTransform="rotate(45)"><rect width="6" height="6" fill="#e9ecef"/>'
     '<line x1="0" y1="0" x2="0" y2="6" stroke="#adb5bd" stroke-width="3"/></pattern></defs>'
 )
 
 
 class SvgCanvas:
-    """Collects SVG elements; ``finish()`` returns the ``<svg>`` text."""
+    """Collects SVG elements; ``finish()`` returns the ``<svg>`` text. Its pattern's id is its
+    own: a page shows many drawings (two notebooks, a dashboard and a timeline), and a
+    ``url(#id)`` names the first element of that id in the whole page, maybe in a hidden tab."""
 
     def __init__(self, width: float, height: float, cls: str, **data: Any) -> None:
         self.width, self.height, self.cls, self.data = width, height, cls, data
         self.parts: list[str] = []
         self.dy = 0.0
+        self.hatch = f"terra-hatch-{uuid.uuid4().hex[:12]}"
 
     def rect(self, x, y, w, h, fill, *, cls="", title="", stroke="") -> None:
+        fill = f"url(#{self.hatch})" if fill == HATCH else fill
         extra = f' stroke="{stroke}"' if stroke else ""
         self.parts.append(
             f'<rect{_cls(cls)} x="{x:.1f}" y="{y + self.dy:.1f}" width="{w:.1f}" '
@@ -62,11 +67,12 @@ class SvgCanvas:
         self.parts.append(f"{_title(title)}</g>")
 
     def finish(self) -> str:
-        data = "".join(f' data-{k}="{v}"' for k, v in self.data.items())
+        data = "".join(f' data-{k}="{escape(str(v))}"' for k, v in self.data.items())
         return (
             f'<svg xmlns="http://www.w3.org/2000/svg" class="{self.cls}" width="{self.width}" '
             f'height="{self.height:.0f}" viewBox="0 0 {self.width} {self.height:.0f}" '
-            f'font-family="Helvetica,sans-serif" font-size="10"{data}>{DEFS}'
+            f'font-family="Helvetica,sans-serif" font-size="10"{data}>'
+            + DEFS.format(id=self.hatch)
             + "".join(self.parts) + "</svg>"
         )
 
@@ -93,10 +99,12 @@ class PngCanvas:
         return x * self.scale, (y + self.dy) * self.scale
 
     def rect(self, x, y, w, h, fill, *, cls="", title="", stroke="") -> None:
-        fill = HATCH_PNG if fill == HATCH else fill
+        fill = HATCH_PNG if fill == HATCH else None if fill in ("none", "transparent") else fill
+        if fill is None and not stroke:
+            return
         (x0, y0), (x1, y1) = self._xy(x, y), self._xy(x + w, y + h)
         self.draw.rectangle((x0, y0, max(x1 - 1, x0), max(y1 - 1, y0)), fill=fill,
-                            outline=stroke or None)
+                            outline=stroke or None, width=max(1, round(self.scale)))
 
     def line(self, x1, y1, x2, y2, stroke, *, width=1.0, dash=False, cls="") -> None:
         self.draw.line((*self._xy(x1, y1), *self._xy(x2, y2)), fill=stroke,

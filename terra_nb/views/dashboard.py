@@ -22,8 +22,9 @@ import traitlets as t
 from .graph_model import new_since, path_nodes
 from .graph_view import GraphState
 from .live import LayoutWorker, RateMeter, on_cell_end
+from .saved import picture_metadata
 from .static import PNG, counters_text, graph_bundle, stack_png, timeline_png
-from .timeline_svg import last_iterations, summary
+from .timeline_summary import add, summary
 from .timeline_view import TimelineState, timeline_text
 
 HERE = Path(__file__).parent
@@ -60,6 +61,7 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
         self._pending: list = []
         self._totals = summary(())
         self._graph_mark = -math.inf  # start of the last GraphRunner span counted
+        self._open = None  # the last iteration's record: its column is still open
         self._last_push = self._next_graph = 0.0
         self._pre_hits: list[int] | None = None
         self._last_hits: list[int] = []
@@ -78,9 +80,10 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
         ``spans`` and ``stats``; ``explain()`` if it has one)."""
         self._source = terra
         self._stats = list(terra.stats)
-        self._totals = summary(self._stats)
+        self._totals = summary(self._stats[:-1])
+        self._open = self._stats[-1] if self._stats else None
         self._rate.extend(s.t_end for s in self._stats)
-        self._count_graph(terra.spans, add=False)
+        self._count_graph(terra.spans, count=False)
         terra.subscribe(self.on_iteration)
         self.flush()
         return self
@@ -100,20 +103,30 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
     # -- updating ---------------------------------------------------------------------------
 
     def _account(self, s) -> None:
-        """Python's side of one iteration; the GraphRunner's comes later, from its spans."""
-        for key in ("python_exec", "python_stall"):
-            self._totals[key] += getattr(s, key) or 0.0
-        self._totals["wall"] += s.t_end - s.t_start
-        self._totals["iterations"] += 1
+        """Python's side of one iteration, counted once its column closes (when the next one
+        starts); the GraphRunner's comes later, from its spans."""
+        if self._open is not None:
+            add(self._totals, self._open, s.t_start - self._open.t_start)
+            self._totals["iterations"] += 1
+        self._open = s
         self._rate.add(s.t_end)
 
-    def _count_graph(self, spans, add: bool = True) -> None:
+    def totals(self) -> dict[str, float]:
+        """The summary's totals so far: the closed columns, and the open one up to its end."""
+        out = dict(self._totals)
+        if self._open is not None:
+            add(out, self._open, self._open.t_end - self._open.t_start)
+            out["iterations"] += 1
+        return out
+
+    def _count_graph(self, spans, count: bool = True) -> None:
         """Add the GraphRunner spans that ended since the last count (one thread writes them,
         in time order) to the totals: an iteration's graph time arrives after the iteration."""
         mark = self._graph_mark
         for s in spans:
-            if s.runner == "graph" and s.kind in ("exec", "stall") and s.t_start > mark:
-                if add:
+            if s.runner == "graph" and s.kind in ("exec", "compile", "stall") \
+                    and s.t_start > mark:
+                if count:
                     self._totals[f"graph_{s.kind}"] += s.duration
                 self._graph_mark = max(self._graph_mark, s.t_start)
 
@@ -125,9 +138,8 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
         self._stats.extend(new)
         every = self._source.spans
         self._count_graph(every)
-        spans, stats = last_iterations(every, self._stats, self.window)
         with self._lock, self.hold_sync():
-            self.draw_timeline(spans, stats, self._totals)
+            self.draw_timeline(every, self._stats, self.totals())
             self.counters = json.dumps(self._counters("running"))
         if graph:
             self._pre_hits = [n.hits for n in self._source.graph.nodes]
@@ -207,11 +219,18 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
         self._finished_at = seen
         self.flush(status="finished")
         with self._lock:
-            self._totals = summary(self._source.stats)  # exact, now that every time is in
-            self.draw_timeline(*last_iterations(self._all_spans(), self._stats, self.window),
-                               self._totals)
+            self._stats = list(self._source.stats)  # exact, now that every time is in
+            self._totals = summary(self._stats[:-1])
+            self._open = self._stats[-1] if self._stats else None
+            self.draw_timeline(self._all_spans(), self._stats, self.totals())
         if self._display_handle is not None:
             self._display_handle.update(self)
+
+    def redraw_timeline(self) -> None:
+        """The lanes again, at the range the view asked for."""
+        if self._source is not None:
+            with self._lock:
+                self.draw_timeline(self._all_spans(), self._stats, self.totals())
 
     def close(self) -> None:
         """Stop the layout worker and the cell hook, and close the widget."""
@@ -222,10 +241,10 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
 
     def _repr_mimebundle_(self, **kwargs):
         data, metadata = super()._repr_mimebundle_(**kwargs)
-        spans, stats = last_iterations(self._all_spans(), self._stats, self.window)
         graph = graph_bundle(self.static_picture()).get(PNG)
-        lanes = timeline_png(spans, stats, self.window, self._totals)
+        lanes = timeline_png(self._all_spans(), self._stats, self.window, self.totals(),
+                             self.view_range)
         pictures = [graph, lanes] if graph else [lanes]
         data[PNG] = stack_png(counters_text(json.loads(self.counters)), pictures)
         data["text/plain"] = f"terra-nb dashboard: {timeline_text(self._stats)}"
-        return data, metadata
+        return data, picture_metadata(metadata)  # saved as its picture (saved.py)

@@ -78,7 +78,7 @@ function nodeDetails(data, n) {
   const attrs = n.attrs.map(([k, v]) => [esc(k), `<code>${esc(JSON.stringify(v))}</code>`]);
   return `<h4>${esc(n.op_type)}${badges}</h4>` +
     `<div class="terra-muted">node #${n.id} · <code>${esc(where(data, n.location))}</code></div>` +
-    `<div class="terra-muted" title="hits: how often tracing recorded this op, in all traced iterations together; co-executed iterations are not counted">traced ${n.hits}× in total (once per loop trip)</div>` +
+    `<div class="terra-muted" title="hits: how often tracing recorded this op, in all traced iterations together; co-executed iterations are not counted">traced ${n.hits}× in total${n.parent >= 0 ? " (once per trip of its loop)" : " (once per traced iteration)"}</div>` +
     (line ? `<div class="terra-source">${esc(line.trim())}</div>` : "") +
     rows([...inputs, ...outputs]) + (attrs.length ? "<b>attributes</b>" + rows(attrs) : "");
 }
@@ -147,10 +147,18 @@ export function mountGraph(model, el) {
   bar.append(title, info, ...buttons, search, found);
   const message = h("div", "terra-message");
   const body = h("div", "terra-graph-body");
+  const pane = h("div", "terra-pane");
   const viewport = h("div", "terra-viewport");
+  const minimap = h("div", "terra-minimap");  // the whole graph, and where the view is on it
+  const mapImage = h("img", "terra-minimap-image");
+  mapImage.alt = "overview of the whole graph";
+  const mapView = h("div", "terra-minimap-view");
+  minimap.append(mapImage, mapView);
+  minimap.title = "overview: click to go there";
+  pane.append(viewport, minimap);
   const details = h("div", "terra-details");
   details.innerHTML = '<span class="terra-muted">Hover or click a node for its details.</span>';
-  body.append(viewport, details);
+  body.append(pane, details);
   const legend = h("div", "terra-legend");
   legend.innerHTML = "▶ op: feed input · op ▶: fetched · hexagon: branch point (edges <i>case k</i>) · " +
     "dashed: ops on one line (double-click to expand) · purple: loop · " +
@@ -160,37 +168,85 @@ export function mountGraph(model, el) {
   el.append(root);
 
   let data = parseData(model.get("graph_json"));
-  let svg = null, base = null, view = null, moved = false;
+  let svg = null, base = null, view = null, moved = false, fitted = false;
 
   function applyView() {
     if (svg && view) svg.setAttribute("viewBox", `${view.x} ${view.y} ${view.w} ${view.h}`);
+    drawMinimap();
   }
-  // Pixels per SVG unit never fall below MIN_SCALE: Graphviz's 10 pt labels stay >= 8 px.
-  // A graph larger than the pane is shown from its top at that scale; drag to pan.
-  const MIN_SCALE = 0.8;
+  // The first view of a graph keeps Graphviz's 10 pt labels legible: pixels per SVG unit at
+  // least MIN_SCALE (a large graph is shown from its top; drag to pan, the overview shows
+  // where). Fit shows the whole graph however large. Neither blows a small graph up beyond
+  // MAX_SCALE.
+  const MIN_SCALE = 0.8, MAX_SCALE = 1.25;
+  function pane_() {
+    return [viewport.clientWidth || 800, viewport.clientHeight || 420];
+  }
   function paneScale(w, h) {
     return Math.min(viewport.clientWidth / w, viewport.clientHeight / h);
   }
-  function fit() {
-    if (!base) return;
-    const pw = viewport.clientWidth || 800, ph = viewport.clientHeight || 420;
-    const scale = Math.max(Math.min(pw / base.w, ph / base.h), MIN_SCALE);
+  function show(scale, top) {
+    const [pw, ph] = pane_();
     const w = pw / scale, h = ph / scale;
-    view = { x: base.x + (base.w - w) / 2, y: base.h > h ? base.y : base.y + (base.h - h) / 2, w, h };
-    root.dataset.scale = scale.toFixed(2);
-    moved = false;
+    view = { x: base.x + (base.w - w) / 2, y: top && base.h > h ? base.y : base.y + (base.h - h) / 2, w, h };
+    root.dataset.scale = scale.toFixed(3);
     applyView();
+  }
+  function fitScale() {
+    const [pw, ph] = pane_();
+    return Math.min(pw / base.w, ph / base.h, MAX_SCALE);
+  }
+  function fit() {  // the Fit button: every node in the pane; later redraws fit again
+    if (!base) return;
+    moved = false;
+    fitted = true;
+    show(fitScale(), false);
+  }
+  function firstView() {
+    if (base) show(Math.min(Math.max(fitScale(), MIN_SCALE), MAX_SCALE), true);
   }
   function zoom(factor, cx, cy) {
     if (!view) return;
     if (cx === undefined) { cx = view.x + view.w / 2; cy = view.y + view.h / 2; }
-    if (factor > 1) {  // zooming out: no further than MIN_SCALE
-      const widest = viewport.clientWidth / MIN_SCALE, tallest = viewport.clientHeight / MIN_SCALE;
-      factor = Math.min(factor, widest / view.w, tallest / view.h);
+    const [pw, ph] = pane_();
+    if (factor > 1) {  // zooming out: no further than the whole graph (or MIN_SCALE)
+      const lowest = Math.min(fitScale(), MIN_SCALE);
+      factor = Math.min(factor, pw / lowest / view.w, ph / lowest / view.h);
       if (factor <= 1) return;
+    } else {  // zooming in: no further than 4x MAX_SCALE
+      factor = Math.max(factor, pw / (4 * MAX_SCALE) / view.w);
+      if (factor >= 1) return;
     }
     view = { x: cx - (cx - view.x) * factor, y: cy - (cy - view.y) * factor, w: view.w * factor, h: view.h * factor };
-    root.dataset.scale = paneScale(view.w, view.h).toFixed(2);
+    root.dataset.scale = paneScale(view.w, view.h).toFixed(3);
+    moved = true;
+    applyView();
+  }
+  function drawMinimap() {
+    // shown while part of the graph is out of the pane
+    const whole = !base || !view || (view.x <= base.x + 1 && view.y <= base.y + 1 &&
+      view.x + view.w >= base.x + base.w - 1 && view.y + view.h >= base.y + base.h - 1);
+    minimap.style.display = whole ? "none" : "block";
+    root.dataset.minimap = whole ? "hidden" : "shown";
+    if (whole) return;
+    const size = 150 / Math.max(base.w, base.h);
+    const mw = Math.max(base.w * size, 24), mh = Math.max(base.h * size, 24);
+    minimap.style.width = `${mw}px`;
+    minimap.style.height = `${mh}px`;
+    const x0 = Math.max(view.x, base.x), y0 = Math.max(view.y, base.y);
+    const x1 = Math.min(view.x + view.w, base.x + base.w), y1 = Math.min(view.y + view.h, base.y + base.h);
+    Object.assign(mapView.style, {
+      left: `${((x0 - base.x) / base.w) * mw}px`, top: `${((y0 - base.y) / base.h) * mh}px`,
+      width: `${Math.max(((x1 - x0) / base.w) * mw, 2)}px`, height: `${Math.max(((y1 - y0) / base.h) * mh, 2)}px`,
+    });
+  }
+  function goTo(e) {  // a click on the overview: the view's middle goes there
+    e.stopPropagation();
+    if (!base || !view) return;
+    const box = minimap.getBoundingClientRect();
+    const x = base.x + ((e.clientX - box.left) / box.width) * base.w;
+    const y = base.y + ((e.clientY - box.top) / box.height) * base.h;
+    view = { ...view, x: x - view.w / 2, y: y - view.h / 2 };
     moved = true;
     applyView();
   }
@@ -210,7 +266,8 @@ export function mountGraph(model, el) {
     for (const t of svg.querySelectorAll("g.node > title, g.edge > title, g.cluster > title")) t.remove();
     const vb = svg.viewBox.baseVal;
     base = { x: vb.x, y: vb.y, w: vb.width, h: vb.height };
-    if (moved && view) applyView(); else fit();
+    mapImage.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(model.get("svg"));
+    if (moved && view) applyView(); else if (fitted) fit(); else firstView();
     mark();
     find();
   }
@@ -329,6 +386,7 @@ export function mountGraph(model, el) {
     mouseleave: () => { drag = null; const sel = model.get("selected"); if (sel) showDetails(sel); },
   };
   for (const [name, fn] of Object.entries(handlers)) viewport.addEventListener(name, fn);
+  minimap.addEventListener("pointerdown", goTo);
   // typing sets the model; its change event (for every view of it) runs the search once
   search.addEventListener("input", () => { model.set("search", search.value); model.save_changes(); });
   const onSearch = () => { if (search.value !== model.get("search")) search.value = model.get("search"); find(); };

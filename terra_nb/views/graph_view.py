@@ -19,6 +19,7 @@ import traitlets as t
 from ..trace.tracegraph import TraceGraph
 from .graph_model import as_graph
 from .graph_picture import GraphPicture, draw_graph, graph_payload, source_lines
+from .saved import picture_metadata
 from .static import graph_bundle
 
 HERE = Path(__file__).parent
@@ -134,4 +135,4 @@ class GraphView(GraphState, anywidget.AnyWidget):
         data, metadata = super()._repr_mimebundle_(**kwargs)
         data.update(graph_bundle(self.static_picture()))
         data["text/plain"] = graph_text(self._graph)
-        return data, metadata
+        return data, picture_metadata(metadata)  # saved as its picture (saved.py)

@@ -16,7 +16,8 @@ from ..trace.tracegraph import TraceGraph
 from .graph_dot import LayoutUnavailable, render
 from .graph_model import as_graph
 from .graph_picture import GraphPicture, draw_graph
-from .timeline_svg import summary, timeline_png, timeline_svg
+from .timeline_summary import summary
+from .timeline_svg import timeline_png, timeline_svg
 
 SVG, PNG = "image/svg+xml", "image/png"
 
@@ -33,13 +34,15 @@ def graph_bundle(picture: GraphPicture) -> dict[str, str | bytes]:
 
 
 def timeline_bundle(
-    spans: Sequence, stats: Sequence, window: int = 20, totals: dict | None = None
+    spans: Sequence, stats: Sequence, window: int = 20, totals: dict | None = None,
+    view_range: Sequence[float] = (),
 ) -> dict[str, str | bytes]:
-    """The lanes of the last ``window`` iterations and the summary bar (from ``totals``,
-    default: the totals of ``stats``): the lanes as SVG, lanes and summary as one PNG."""
+    """The overview and the lanes of the last ``window`` iterations (or of ``view_range``) and
+    the summary bar (from ``totals``, default: the totals of ``stats``): the lanes as SVG,
+    lanes and summary as one PNG."""
     return {
-        SVG: timeline_svg(spans, stats, window),
-        PNG: timeline_png(spans, stats, window, totals or summary(stats)),
+        SVG: timeline_svg(spans, stats, window, view_range),
+        PNG: timeline_png(spans, stats, window, totals or summary(stats), view_range),
     }
 
 

@@ -1,8 +1,10 @@
-"""``TimelineView``: the runners' timeline over the last iterations and the exec/stall summary.
+"""``TimelineView``: the runners' timeline over the whole run and the exec/stall summary.
 
-Python draws both SVGs from ``RunnerSpan``/``IterationStats`` records (``timeline_svg.py``);
-the browser (``timeline_view.js``) shows them with hover details and an export button that asks
-Python for the Chrome-trace JSON of every span (it opens in https://ui.perfetto.dev).
+Python draws both SVGs from ``RunnerSpan``/``IterationStats`` records (``timeline_svg.py``): the
+last ``window`` iterations while ``view_range`` is empty, else that range of loop time. The
+browser (``timeline_view.js``) pans and zooms by setting ``view_range`` (Python draws the range
+again), shows hover details, and has an export button that asks Python for the Chrome-trace JSON
+of every span (it opens in https://ui.perfetto.dev).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import anywidget
 import traitlets as t
 
 from ..timeline import to_chrome_trace
+from .saved import picture_metadata
 from .static import timeline_bundle
-from .timeline_svg import summary, summary_svg, timeline_svg
+from .timeline_summary import summary, summary_svg
+from .timeline_svg import timeline_svg
 
 HERE = Path(__file__).parent
 
@@ -26,17 +30,24 @@ class TimelineState(t.HasTraits):
     timeline_svg = t.Unicode("").tag(sync=True)
     summary_svg = t.Unicode("").tag(sync=True)
     window = t.Int(20).tag(sync=True)
+    # seconds from the first iteration's start: the range the lanes show; [] follows the last
+    # ``window`` iterations (a running loop's newest)
+    view_range = t.List(t.Float(), default_value=[]).tag(sync=True)
 
     _all_spans: Callable[[], Sequence]
 
     def _init_timeline_state(self, all_spans: Callable[[], Sequence]) -> None:
         self._all_spans = all_spans
         self.on_msg(self._on_timeline_msg)
+        self.observe(lambda change: self.redraw_timeline(), names=["view_range", "window"])
+
+    def redraw_timeline(self) -> None:
+        """Draw the lanes again (the view panned or zoomed); each view knows its records."""
 
     def draw_timeline(self, spans: Sequence, stats: Sequence, totals: dict | None = None) -> None:
-        """Redraw the lanes from the last ``window`` iterations of ``spans``/``stats``, and the
-        summary bar from ``totals`` (default: ``summary(stats)``)."""
-        lanes = timeline_svg(spans, stats, self.window)
+        """Redraw the lanes of ``spans``/``stats`` (every iteration's: the window is chosen
+        here), and the summary bar from ``totals`` (default: ``summary(stats)``)."""
+        lanes = timeline_svg(spans, stats, self.window, self.view_range)
         bar = summary_svg(totals if totals is not None else summary(stats))
         with self.hold_sync():
             self.timeline_svg = lanes
@@ -78,11 +89,15 @@ class TimelineView(TimelineState, anywidget.AnyWidget):
         self._init_timeline_state(lambda: self._spans)
         self.draw_timeline(self._spans, self._stats)
 
+    def redraw_timeline(self) -> None:
+        self.draw_timeline(self._spans, self._stats)
+
     def _repr_mimebundle_(self, **kwargs):
         data, metadata = super()._repr_mimebundle_(**kwargs)
-        data.update(timeline_bundle(self._spans, self._stats, self.window))
+        data.update(timeline_bundle(self._spans, self._stats, self.window,
+                                    view_range=self.view_range))
         data["text/plain"] = timeline_text(self._stats)
-        return data, metadata
+        return data, picture_metadata(metadata)  # saved as its picture (saved.py)
 
     def summary(self) -> dict[str, float]:
         """Seconds per runner and kind, wall seconds and iterations (see ``timeline_svg``)."""

@@ -106,7 +106,12 @@ def lab(lab_root):
     (notebook / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     port = _free_port()
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    # the checkout's server configuration (what installing terra-nb puts next to the server):
+    # the extension that saves notebooks with terra-nb's views as pictures
+    config = os.pathsep.join(
+        p for p in (str(ROOT / "jupyter-config"), os.environ.get("JUPYTER_CONFIG_PATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "3",
+           "JUPYTER_CONFIG_PATH": config}
     args = [
         sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
         "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={root}",

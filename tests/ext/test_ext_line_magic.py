@@ -94,7 +94,10 @@ def test_explain_names_the_cell_as_ipython_does(ip, no_views):
     number = max(ip.compile._filename_map.values())  # the %%terra cell's, in IPython 8 and 9
     cell = rf"In \[{number}\]:8  v\.assign_add\(1\.0\)"
     explained = str(ip.run_line_magic("terra", "explain"))
-    assert re.fullmatch(rf"iteration 6: .* at AssignAddVariableOp \({cell}\)", explained)
+    first, *rest = explained.splitlines()
+    assert re.fullmatch(rf"iteration 6: .* at AssignAddVariableOp \({cell}\)", first)
+    assert rest[0] == "did not co-execute:"  # then the iterations that traced, and why
+    assert "terra-cell" not in explained
     ip.user_ns["fallbacks"] = ip.magics_manager.registry["TerraMagics"].runner.last.explain()
     shown = ip.display_formatter.format(ip.user_ns["fallbacks"])[0]["text/plain"]
     assert re.search(rf"AssignAddVariableOp \({cell}\)", shown) and "terra-cell" not in shown
@@ -144,6 +147,16 @@ def test_terminal_shows_text_even_with_views(ip, terminal, capsys):
     assert "case 1:" in capsys.readouterr().out
     ip.run_line_magic("terra", "timeline")
     assert capsys.readouterr().out.splitlines()[0].split()[:2] == ["iter", "phase"]
+
+
+def test_viz_in_a_terminal_says_it_shows_the_text_views_and_does(ip, terminal, capsys):
+    """Before, --viz in a terminal IPython was ignored without a word."""
+    assert ip.run_cell("%%terra --viz --mode trace\n" + LOOP).success
+    out = capsys.readouterr().out
+    assert out.startswith("terra: --viz in a terminal shows the text views")
+    summary = out.index("terra[trace]:")
+    assert "case 1:" in out[summary:]  # the TraceGraph listing
+    assert any(line.split()[:2] == ["iter", "phase"] for line in out[summary:].splitlines())
 
 
 def test_terminal_progress_goes_to_stderr_not_stdout(ip, terminal, capsys):

@@ -89,3 +89,23 @@ def test_engine_works_without_ipython():
     )
     env_run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert env_run.returncode == 0, env_run.stderr[-2000:]
+
+
+def test_loading_the_extension_imports_tensorflow_without_its_start_up_log():
+    """TensorFlow 2.21 writes its absl and oneDNN notes to stderr from C++ whatever
+    TF_CPP_MIN_LOG_LEVEL says: a pink box under every notebook's first cell. ``%load_ext
+    terra_nb`` imports it with them silenced."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("from IPython.testing.globalipapp import start_ipython\n"
+            "ip = start_ipython()\nip.run_line_magic('load_ext', 'terra_nb')\n"
+            "import sys\nprint('tensorflow' in sys.modules)\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = str(root)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.stdout.strip().endswith("True"), done
+    assert "absl" not in done.stderr and "oneDNN" not in done.stderr, done.stderr

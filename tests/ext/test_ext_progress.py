@@ -57,10 +57,19 @@ def test_cell_progress_uses_one_display_updated_in_place(ip):
     assert len(ids) == 1  # one display, updated in place
     assert [o.update for o in outputs] == [False] + [True] * (len(outputs) - 1)
     texts = [o.data["text/plain"] for o in outputs]
-    assert texts[0].startswith("terra: iteration ") and " | coexec | " in texts[0]
+    # no op for the graph: its iterations ran eagerly, and the phase says so
+    assert texts[0].startswith("terra: iteration ") and " | eager | " in texts[0]
     assert texts[-1] == ""  # cleared: the summary line replaces it
     assert len(outputs) <= 2 + 12 * 0.02 / 0.05 + 1
     assert captured.stdout.startswith("terra[coexec]: 12 iterations")
+
+
+def test_the_summary_line_starts_on_a_fresh_line(ip, capsys):
+    """After a loop that printed dots without a newline the summary was glued onto them."""
+    assert ip.run_cell('%%terra\nfor i in range(3):\n    print(".", end="")\n').success
+    assert capsys.readouterr().out.startswith("...\nterra[coexec]: 3 iterations")
+    assert ip.run_cell('%%terra\nfor i in range(3):\n    print(i)\n').success
+    assert capsys.readouterr().out.startswith("0\n1\n2\nterra[coexec]: 3 iterations")
 
 
 def test_quiet_cell_shows_no_progress(ip):
@@ -94,6 +103,28 @@ def test_interrupt_stops_the_loop_cleanly(ip):
     assert all(s.ended == "completed" for s in terra.stats[:count - 1])
     assert ip.run_cell("%%terra --quiet\nfor i in range(2):\n    v.assign_add(1.0)\n").success
     assert float(ip.user_ns["v"].numpy()) == value + 2
+
+
+def test_an_interrupts_traceback_shows_the_users_lines_only(ip):
+    """A Ctrl-C lands wherever the loop is, often inside terra-nb: its traceback hides those
+    frames, as other errors' do (before, it showed the engine's hooks and runners)."""
+    import traceback
+
+    assert ip.run_cell("import time, tensorflow as tf\nv = tf.Variable(0.0)\nt0 = time.time()")
+    cell = "%%terra --quiet\nwhile time.time() - t0 < 60:\n    v.assign_add(1.0)\n"
+    timer = threading.Timer(0.5, _interrupt_main)
+    timer.start()
+    result = ip.run_cell(cell)
+    timer.join()
+    error = result.error_in_exec
+    assert isinstance(error, KeyboardInterrupt)
+    frames = traceback.extract_tb(error.__traceback__)
+    files = [frame.filename for frame in frames]
+    ours = [f for f in files if "/terra_nb/" in f or "/kernel_ext/" in f]
+    shown = [f for f in ours if not f.endswith(("kernel_ext/cell.py", "kernel_ext/magics.py"))]
+    assert shown == [], files  # the two left are marked __tracebackhide__ (IPython hides them)
+    assert any("v.assign_add" in (f.line or "") or "while time" in (f.line or "")
+               for f in frames), frames  # the user's line
 
 
 def _interrupt_main() -> None:

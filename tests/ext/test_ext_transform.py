@@ -58,17 +58,29 @@ def test_while_body_is_one_step_and_else_stays_on_the_loop():
     )
 
 
-def test_cell_without_loop_is_one_step_and_last_expression_is_kept():
+def test_cell_without_loop_has_no_iteration_of_its_own_and_last_expression_is_kept():
+    """The cell runs inside the Terra, not as one traced iteration: a Keras step run eagerly
+    in it is an iteration; with none, it runs plainly (and says so)."""
     plan = transform_cell("a = 1\nif a:\n    b = 2\na + 1\n")
     assert plan.loop_kind == "cell" and plan.has_result
     assert ast.unparse(plan.module) == textwrap.dedent(
         f"""\
-        with {TERRA}, {TERRA}.step():
+        with {TERRA}:
             a = 1
             if a:
                 b = 2
             {RESULT} = a + 1"""
     )
+
+
+def test_a_loop_around_fit_is_left_alone_so_its_steps_are_the_iterations():
+    source = "for epoch in range(3):\n    model.fit(x, y)\n    print(epoch)\n"
+    plan = transform_cell(source)
+    assert (plan.loop_kind, plan.loop_line, plan.keras_loop) == ("cell", 0, 1)
+    assert ast.unparse(plan.module).startswith(f"with {TERRA}:\n    for epoch in range(3):")
+    for call in ("model.evaluate(x)", "preds.append(m.predict(x))"):
+        assert transform_cell(f"for b in data:\n    {call}\n").loop_kind == "cell"
+    assert transform_cell("for b in data:\n    fit(b)\n").loop_kind == "for"  # no method
 
 
 def test_loops_inside_functions_or_blocks_are_not_top_level():
@@ -121,7 +133,7 @@ class RecordingTerra:
          "        break\n    t += i\nelse:\n    t = -1\n", 4),
         ("t = 0\nwhile t < 4:\n    t += 1\n    if t == 2:\n        continue\n"
          "else:\n    t *= 10\n", 4),
-        ("t = 7\n", 1),
+        ("t = 7\n", 0),  # no loop: no iteration of its own
     ],
 )
 def test_transformed_code_computes_what_plain_code_computes(source, expected_iterations):

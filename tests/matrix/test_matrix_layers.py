@@ -41,7 +41,7 @@ def layer_case(layer: str, optimizer: str) -> Case:
 
 @pytest.mark.parametrize(("layer", "optimizer", "setting"), params(CASES))
 def test_layer(layer, optimizer, setting, record_property):
-    """``layer`` in a classifier (with its regularisation losses added, if any), 14 steps:
+    """``layer`` in a classifier (with its regularisation losses added, if any), 20 steps:
     per-step losses and every model variable (moving statistics, seed states of the random
     layers) and optimizer variable equal eager's bit for bit, and the loop co-executed."""
     check(f"{layer}-{optimizer}", program(layer_case(layer, optimizer)), setting,

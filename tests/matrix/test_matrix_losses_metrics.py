@@ -1,9 +1,9 @@
 """Common Keras losses and metrics on a small MLP: equal to eager bit for bit under Terra with
 regions on, with tape gradients formed, without regions and lazily, and really co-executed.
 
-A metric is updated every step, its ``result()`` read after steps 3, 7 and 11 and at the end,
-and ``reset_state()`` called after step 6. Fast subset: each loss (Adam) and each metric once,
-with regions.
+A metric is updated every step, its ``result()`` read after steps 3, 7, 11 and 15 and at the
+end, and ``reset_state()`` called after step 9. Fast subset: each loss (Adam) and each metric
+once, with regions.
 """
 
 import pytest
@@ -25,7 +25,7 @@ def loss_case(loss: str, optimizer: str, **metric) -> Case:
 
 @pytest.mark.parametrize(("loss", "optimizer", "setting"), params(LOSS_CASES))
 def test_loss(loss, optimizer, setting, record_property):
-    """Loss ``loss`` (with the head and targets it expects), 14 steps: per-step losses and all
+    """Loss ``loss`` (with the head and targets it expects), 20 steps: per-step losses and all
     variables equal eager's bit for bit, and the loop co-executed."""
     check(f"{loss}-{optimizer}", program(loss_case(loss, optimizer)), setting, record_property)
 

@@ -19,8 +19,9 @@ from matrix_cases import (
 )
 from matrix_harness import SETTINGS, check, params
 
-FAST_ELSEWHERE = {("adam", "none", "no-regions"), ("adam", "none", "tapes"),
-                  ("sgd-momentum", "accumulate-3", "lazy"), ("nadam", "loss-scale", "lazy")}
+FAST_ELSEWHERE = {("adam", "loss-scale", "coexec"), ("adam", "loss-scale", "lazy"),
+                  ("sgd-momentum", "accumulate-3", "lazy"),
+                  ("sgd-momentum", "accumulate-3", "no-regions"), ("adam", "ema-3", "tapes")}
 
 
 def fast(index: int, name: str, option: str, setting: str) -> bool:
@@ -39,7 +40,7 @@ def optimizer_case(name: str, option: str) -> Case:
 
 @pytest.mark.parametrize(("name", "option", "setting"), params(CASES))
 def test_optimizer(name, option, setting, record_property):
-    """Optimizer ``name`` with ``option``, 14 steps reading the loss every step: per-step
+    """Optimizer ``name`` with ``option``, 20 steps reading the loss every step: per-step
     losses, model and optimizer variables (slots, iterations, accumulators, EMA copies, loss
     scale) equal eager's bit for bit, and the loop co-executed (``matrix_harness.check``)."""
     check(f"{name}-{option}", program(optimizer_case(name, option)), setting, record_property)

@@ -86,6 +86,7 @@ def test_live_views():
     live under --viz; its views are pictures too (a saved notebook shows them)."""
     book = executed("live_views")
     assert book.errors() == []
+    assert book.code[0].outputs == []  # no TensorFlow start-up log
     train = book.cell("%%terra --viz")
     assert any(WIDGET in o.get("data", {}) for o in train.outputs)
     assert any("image/png" in o.get("data", {}) for o in train.outputs)
@@ -157,7 +158,7 @@ def test_how_it_works():
         "iteration 1: phase tracing, 7 ops, covered=True",
         "iteration 2: phase tracing, 7 ops, covered=True",
     ]
-    graphs = [book.text(c) for c in book.code if c.source == "print(repr(terra.graph))"]
+    graphs = [book.text(c) for c in book.code if c.source == "print(graph_listing(terra.graph))"]
     assert graphs[0].startswith("TraceGraph(9 nodes, 0 loops, 0 branch points)")
     growth = book.text(book.cell("growth = []"))
     covered = re.findall(r"iteration (\d): (\d) ops, covered=(\w+), TraceGraph (\d+) nodes", growth)
@@ -222,6 +223,11 @@ def test_how_it_works():
     assert phases[:3] == ["tracing", "tracing", "fallback"] and set(phases[3:]) == {"coexec"}
     assert re.search(r"iteration 2: a value of node \d+ outlives the iteration", whole)
     assert "same as eager: True" in whole
+    # locations read as the notebook names its cells (not temp-file names), every output
+    everything = "".join(book.text(c) for c in book.code)
+    assert re.findall(r"In \[\d+\]:\d+", everything)
+    assert not re.search(r"\b\d+\.py:\d+|terra-cell", everything)
+    assert "(end of iteration) ()" not in everything
 
 
 def test_debugging():
@@ -266,8 +272,12 @@ def test_benchmarks(monkeypatch):
     shown = [o.data["text/markdown"] for o in book.cell("display(Markdown(").outputs
              if "text/markdown" in o.get("data", {})]
     assert shown and "| dcgan |" in shown[0] and "tf.function coverage" in shown[0]
-    run = book.cell("document = paper.main(argv)")
-    assert "| dcgan |" in book.text(run) and "[1/1] dcgan   coexec: " in book.text(run)
+    run = book.cell("document = paper.main(argv")
+    assert "| dcgan |" in book.text(run)
+    # progress: one bar updated in place (its last state: done), no block of stderr lines
+    assert not [o for o in run.outputs if o.output_type == "stream" and o.name == "stderr"]
+    bar = next(o for o in run.outputs if "text/html" in o.get("data", {}))
+    assert "<progress" in bar.data["text/html"] and "done in" in bar.data["text/plain"]
     for start in ('Image(filename=str(out / "speedup.png"))',
                   'Image(filename=str(out / "breakdown.png"))'):
         assert any("image/png" in o.get("data", {}) for o in book.cell(start).outputs), start

@@ -75,3 +75,20 @@ def test_a_loop_still_tracing_when_covered_says_why():
     assert [s.phase for s in terra.stats] == ["tracing"] * 4
     notes = [f for f in terra.explain() if f.reason.startswith("still tracing")]
     assert notes and all("test_data_loops.py" in f.location for f in notes), terra.explain()
+
+
+def test_a_loop_whose_attributes_change_every_iteration_says_why_it_still_traces():
+    """An op whose attributes change every iteration (a precision from the loop's counter) is a
+    new call each time, so the TraceGraph never covers an iteration; explain() said "no
+    fallbacks" for such a loop. From the third traced iteration it names the op and line."""
+    x = tf.constant([1.5, 2.25])
+    out_plain = [tf.strings.as_string(x, precision=i).numpy().tolist() for i in range(5)]
+    with Terra() as terra:
+        out_co = [tf.strings.as_string(x, precision=i).numpy().tolist()
+                  for i in terra.loop(range(5))]
+    assert out_co == out_plain
+    assert [s.phase for s in terra.stats] == ["tracing"] * 5
+    said = [(f.iteration, f.reason, f.op_type) for f in terra.explain()]
+    assert said == [(i, "still tracing: the iteration made a call not seen before (new "
+                        "attributes)", "AsString") for i in (2, 3, 4)], said
+    assert all("test_data_loops.py" in f.location for f in terra.explain())

@@ -8,7 +8,9 @@ segments raised an op error of an iteration Python had finished only if read (``
 drains the engine now); in the whole program a flush after a failed run reached a closed queue
 instead of raising eager's error; values of iterations before the failing one were marked
 failed; an error raised while an iteration began left the Terra "in an iteration"; runs queued
-with a failed run's channels ran on the values left in them.
+with a failed run's channels ran on the values left in them; the whole program enqueued a fetched
+value as soon as it was computed, so Python could read a value made after an op that then failed
+(a value eager never computed: ``flush_after_failed_run`` logged 6.0 once in a loaded full run).
 """
 
 import contextlib
@@ -34,7 +36,8 @@ from test_coexec import assert_same_values, graph_threads
 from watchdog import in_thread
 from what_ran import assert_coexecuted
 
-from terra_nb import Terra
+from terra_nb import Terra, capture
+from terra_nb.coexec.program_runner import WholeProgram
 
 # -- break, continue, exceptions ------------------------------------------------------------------
 
@@ -293,7 +296,9 @@ def test_runtime_error_state_equals_eager(body, mode):
 
 def flush_after_failed_run(loop):
     """The run fails early in the iteration; Python (slowed down) then issues an op with a fed
-    value whose result it reads, which flushes the held-back feeds to the closed queues."""
+    value whose result it reads, which flushes the held-back feeds to the closed queues. (Where
+    the program is fed ``vec``, its gather fails only once that flush sent it, together with
+    ``float(i)``: the read of the sum then raced the failing gather, see below.)"""
     vec = tf.constant([1.0, 2.0, 3.0, 4.0])
     w = tf.Variable(np.array([0.5, 1.0], np.float32))
     k = tf.Variable(0)
@@ -318,6 +323,47 @@ def test_flush_after_the_run_failed_raises_eager_error():
 
 def test_flush_after_the_run_failed_in_segments():
     compare(flush_after_failed_run, SEGMENTS, at_least=0.2)
+
+
+FAILS_AT = 4  # the iteration whose gather is out of range
+
+
+def value_after_a_failing_op(loop):
+    """The failing gather's index is fed (held back until Python reads); the value read after it
+    is computed from a variable alone, so the program has it long before the gather runs."""
+    vec = tf.constant([1.0, 2.0, 3.0, 4.0])
+    w = tf.Variable(np.array([0.5, 1.0], np.float32))
+    k = tf.Variable(0)
+    v = tf.Variable(0.0)
+    log = []
+    try:
+        for i in loop(range(8)):
+            v.assign_add(tf.gather(vec, k + i))  # out of range at FAILS_AT: eager raises here
+            log.append((w + w).numpy().tolist())  # so eager never logs this at FAILS_AT
+    except tf.errors.InvalidArgumentError as error:
+        log.append(type(error).__name__)
+    return log + [float(v)], [w.numpy(), v.numpy()]
+
+
+def test_a_value_made_after_a_failing_op_never_reaches_python(monkeypatch):
+    """A fetched value reaches Python only once every op issued before it has run: the program
+    is a dataflow graph, and the read of ``w + w`` must not return a value when the gather
+    before it fails (eager raises at the gather). The interleaving that once happened by chance
+    is forced: at the failing iteration Python sends its feeds (the gather's index) only once
+    the fetch queue holds a value, or after 2 s (with the order, the value waits for the gather,
+    which waits for the feed)."""
+    send = WholeProgram._send
+
+    def send_once_fetched(self, decisions: list, feeds: list) -> None:
+        if feeds and self._iteration == FAILS_AT:
+            fetched, deadline = self.channels.fetches["float32"], time.perf_counter() + 2.0
+            with capture.bypass():  # not the loop's ops
+                while int(fetched.size()) == 0 and time.perf_counter() < deadline:
+                    time.sleep(0.01)
+        send(self, decisions, feeds)
+
+    monkeypatch.setattr(WholeProgram, "_send", send_once_fetched)
+    compare(value_after_a_failing_op, WHOLE, at_least=0.2)
 
 
 def caught_error_continues(loop):

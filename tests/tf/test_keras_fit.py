@@ -1,0 +1,198 @@
+"""Keras ``fit``, ``evaluate`` and ``predict`` under a Terra (issue 41): each step Keras runs
+eagerly is one co-executed iteration (``terra_nb/keras_steps.py``), and everything equals a
+plain run bit for bit: History, weights, printed text, checkpoints, evaluate's and predict's
+results. Each test also asserts what ran (the co-executed share, the regions hit, the steps'
+labels), so a fit that silently ran plainly fails it."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+from fit_programs import (
+    StepFunction_of,
+    assert_equal_runs,
+    data,
+    hits,
+    labels,
+    mlp,
+    python_step_model,
+    run_fit,
+)
+from what_ran import assert_coexecuted
+
+COEXEC: dict = {}  # Terra's defaults: coexec, regions on
+
+
+def _fit_mlp():
+    x, y = data()
+    model = mlp()
+    history = model.fit(x, y, batch_size=8, epochs=4, verbose=0)
+    return history.history, model
+
+
+def test_fit_run_eagerly_coexecutes_each_step_equal_to_plain_fit():
+    plain = run_fit(_fit_mlp, None)
+    got = run_fit(_fit_mlp, COEXEC)
+    assert_equal_runs(got, plain)
+    terra = got[3]
+    assert len(terra.stats) == 4 * 8  # one iteration per step
+    assert labels(terra)[:3] == ["fit epoch 0 step 0", "fit epoch 0 step 1",
+                                 "fit epoch 0 step 2"]
+    assert labels(terra)[-1] == "fit epoch 3 step 7"
+    assert_coexecuted(terra, at_least=0.75, last=8)
+    assert hits(terra, "Sequential.__call__") >= 16
+    assert hits(terra, "Adam.apply_gradients") >= 16
+    # fit's History grows every epoch on the model: the model's region never misses for it
+    assert not list(terra.explain()) and terra.regions.misses == 0, str(terra.explain())
+    assert not terra.notes
+    # fit's length (its History's epochs and steps) is the loop's: the tape's G, which never
+    # pays in these tests (conftest), is declined after three calls instead of copied for ever
+    tape = next(r for r in terra.regions.rows if r.name == "GradientTape.gradient")
+    assert tape.reason.startswith("declined"), str(terra.regions)
+
+
+def _fit_python_step():
+    x, y = data()
+    model = python_step_model()
+    history = model.fit(x, y, batch_size=8, epochs=3, verbose=0)
+    return (history.history, model.log), model
+
+
+def test_a_train_step_holding_python_runs_its_python_every_step():
+    """The counter, the value read, the branch on it and the prints happen at every step, as in
+    plain ``fit``; the steps co-execute all the same."""
+    plain = run_fit(_fit_python_step, None)
+    got = run_fit(_fit_python_step, COEXEC)
+    assert_equal_runs(got, plain)
+    (_, log), _, printed, terra = got
+    assert log["steps"] == 24 and len(log["losses"]) == 24 and printed.count("step ") == 4
+    assert_coexecuted(terra, at_least=0.75, last=8)
+    assert sum(s.fetches for s in terra.stats if s.phase == "coexec") >= 20  # float(loss)
+
+
+def _fit_validate_checkpoint_evaluate_predict(path):
+    def program():
+        x, y = data()
+        vx, vy = data(n=40, seed=1)
+        model = mlp()
+        stop = keras.callbacks.EarlyStopping(monitor="val_loss", patience=2, min_delta=10.0)
+        save = keras.callbacks.ModelCheckpoint(str(path), save_weights_only=True)
+        history = model.fit(x, y, batch_size=8, epochs=10, verbose=0, callbacks=[stop, save],
+                            validation_data=(vx, vy))
+        values = {"history": history.history, "epochs": history.epoch,
+                  "evaluate": model.evaluate(vx, vy, batch_size=8, verbose=0),
+                  "predict": model.predict(vx, batch_size=8, verbose=0)}
+        saved = mlp()  # after the steps: a variable created makes formed regions miss once
+        saved.load_weights(str(path))
+        values["saved"] = [w.numpy() for w in saved.weights]
+        return values, model
+
+    return program
+
+
+@pytest.mark.filterwarnings("ignore:Skipping variable loading for optimizer")
+def test_validation_early_stopping_checkpoint_evaluate_and_predict(tmp_path):
+    plain = run_fit(_fit_validate_checkpoint_evaluate_predict(tmp_path / "a.weights.h5"), None)
+    got = run_fit(_fit_validate_checkpoint_evaluate_predict(tmp_path / "b.weights.h5"), COEXEC)
+    assert_equal_runs(got, plain)
+    values, _, _, terra = got
+    assert values["epochs"] == [0, 1, 2]  # early stopping ended fit after its third epoch
+    kinds = [label.split(" ")[0] for label in labels(terra)]
+    # 3 epochs of 8 steps, 5 validation steps after each; evaluate: 5 steps; predict: 5 steps
+    assert kinds == (["fit"] * 8 + ["evaluate"] * 5) * 3 + ["evaluate"] * 5 + ["predict"] * 5
+    coexec = labels(terra, "coexec")
+    assert sum(label.startswith("fit") for label in coexec) >= 16
+    assert sum(label.startswith("evaluate") for label in coexec) >= 8
+    assert sum(label.startswith("predict") for label in coexec) >= 3
+
+
+def _fit_compiled():
+    x, y = data()
+    model = mlp(run_eagerly=False)
+    history = model.fit(x, y, batch_size=8, epochs=2, verbose=0)
+    return (history.history, model.predict(x, verbose=0)), model
+
+
+def test_a_fit_keras_compiled_is_left_alone_and_says_so():
+    plain = run_fit(_fit_compiled, None)
+    got = run_fit(_fit_compiled, COEXEC)
+    assert_equal_runs(got, plain)
+    terra = got[3]
+    assert terra.stats == ()
+    assert len(terra.notes) == 2  # fit's steps and predict's, each said once
+    assert all("compiled" in note and "left alone" in note for note in terra.notes)
+
+
+def test_the_models_get_their_own_step_functions_back():
+    x, y = data()
+    model = mlp()
+    from terra_nb import Terra
+
+    with Terra():
+        model.fit(x, y, batch_size=8, verbose=0)
+        assert StepFunction_of(model.train_function)
+    assert not StepFunction_of(model.train_function)
+    assert keras.Model.make_train_function.__module__.startswith("keras")
+    model.fit(x, y, batch_size=8, verbose=0)  # plainly, as Keras made it
+
+
+def _fit_steps_per_execution():
+    x, y = data()
+    model = mlp(steps_per_execution=3)
+    history = model.fit(x, y, batch_size=8, epochs=4, verbose=0)
+    return history.history, model
+
+
+def test_steps_per_execution_runs_each_execution_as_one_iteration():
+    plain = run_fit(_fit_steps_per_execution, None)
+    got = run_fit(_fit_steps_per_execution, COEXEC)
+    assert_equal_runs(got, plain)
+    terra = got[3]
+    assert len(terra.stats) == 4 * 3  # 8 steps an epoch: executions of 3, 3 and 2 steps
+    assert_coexecuted(terra, at_least=0.5, last=3)
+
+
+def _fit_in_a_terra_loop(loop):
+    x, y = data()
+    model = mlp()
+    for _ in loop(range(3)):
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    return [float(w.numpy().sum()) for w in model.weights], model
+
+
+def test_fit_inside_an_iteration_runs_as_part_of_it_and_says_so():
+    from terra_nb import Terra
+
+    def under_terra():
+        with Terra() as terra:
+            values, model = _fit_in_a_terra_loop(terra.loop)
+        under_terra.terra = terra
+        return values, model
+
+    plain = run_fit(lambda: _fit_in_a_terra_loop(lambda it: it), None)
+    got = run_fit(under_terra, None)
+    assert_equal_runs(got, plain)
+    terra = under_terra.terra
+    assert len(terra.stats) == 3 and labels(terra) == ["", "", ""]
+    assert len(terra.notes) == 1 and "inside a Terra iteration" in terra.notes[0]
+
+
+def test_a_block_without_a_loop_or_fit_runs_plainly_and_says_so():
+    from terra_nb import Terra
+
+    with Terra() as terra:
+        total = float(np.sum(np.ones(3)))
+    assert total == 3.0 and terra.stats == ()
+    assert len(terra.notes) == 1 and terra.notes[0].startswith("nothing to co-execute")
+
+
+def test_a_step_label_names_the_iteration_and_must_be_text():
+    from terra_nb import Terra, TerraUsageError
+
+    with Terra() as terra:
+        with terra.step(label="warm-up"):
+            pass
+        with pytest.raises(TerraUsageError, match="takes a str, got int"):
+            terra.step(label=3)
+    assert [s.label for s in terra.stats] == ["warm-up"]
