@@ -117,6 +117,23 @@ def make_functions():
     return build
 
 
+def keras_step(model, opt, loss_of):
+    """A tape step of ``model`` (training mode) with ``loss_of(y, prediction)`` and ``opt``, and
+    the loop body that reads its loss (``--read``): the CNN's and the attention loop's."""
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_of(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    def loop_body(item):
+        read(step(*item))
+
+    return step, loop_body
+
+
 def make_cnn():
     """A Keras CNN (3 convolutions, batch 64 at 32x32, Adam), the loss read every step."""
 
@@ -132,17 +149,7 @@ def make_cnn():
         rng = np.random.default_rng(0)
         data = [(rng.normal(size=(64, 32, 32, 3)).astype("float32"),
                  rng.integers(0, 10, 64)) for _ in range(4)]
-
-        def step(x, y):
-            with tf.GradientTape() as tape:
-                loss = loss_of(y, model(x, training=True))
-            grads = tape.gradient(loss, model.trainable_variables)
-            opt.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
-
-        def loop_body(item):
-            read(step(*item))
-
+        step, loop_body = keras_step(model, opt, loss_of)
         return data, loop_body, step
 
     return build
@@ -164,17 +171,7 @@ def make_attention():
         rng = np.random.default_rng(0)
         data = [(rng.normal(size=(16, 32, 64)).astype("float32"),
                  rng.normal(size=(16, 1)).astype("float32")) for _ in range(4)]
-
-        def step(x, y):
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
-            grads = tape.gradient(loss, model.trainable_variables)
-            opt.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
-
-        def loop_body(item):
-            read(step(*item))
-
+        step, loop_body = keras_step(model, opt, lambda y, p: tf.reduce_mean(tf.square(p - y)))
         return data, loop_body, step
 
     return build
