@@ -33,18 +33,20 @@ def _names(g: TraceGraph) -> dict[int, str]:
     return {node_id: f"%{i}" for i, node_id in enumerate(order)}
 
 
-def _source_text(s: Source, names: dict[int, str]) -> str:
+def _source_text(g: TraceGraph, s: Source, names: dict[int, str]) -> str:
     if s.kind == "node":
         return names[s.index] + (f".{s.output}" if s.output else "")
     if s.kind == "carry":
         return "prev" + names[s.index] + (f".{s.output}" if s.output else "")
+    if s.kind == "var":
+        return f"var:{g.variable_name(s.detail)}"
     return f"{s.kind}:{s.detail}"
 
 
-def _inputs_text(n: TraceNode, names: dict[int, str]) -> str:
+def _inputs_text(g: TraceGraph, n: TraceNode, names: dict[int, str]) -> str:
     parts = []
     for seen in n.sources:
-        texts = [_source_text(s, names) for s in seen]
+        texts = [_source_text(g, s, names) for s in seen]
         parts.append(texts[0] if len(texts) == 1 else "{" + "|".join(texts) + "}")
     return " ".join(parts)
 
@@ -79,7 +81,7 @@ def to_text(g: TraceGraph, listing: Listing | None = None) -> str:
                 outs = ",".join(str(s) for s in n.outputs) or "()"
                 fetch = " fetch" if n.fetches else ""
                 lines.append(
-                    f"{indent}{names[n.id]}:{outs} = {op_text(g, n)} {_inputs_text(n, names)}"
+                    f"{indent}{names[n.id]}:{outs} = {op_text(g, n)} {_inputs_text(g, n, names)}"
                     f"  @{where(n.location)}{fetch}{tail}"
                 )
                 text = listing.sources.get(n.location, "").strip() if listing else ""
@@ -135,13 +137,16 @@ class DotItem:
     """What stands for one TraceGraph node in a drawing: the DOT node ``name`` with ``attrs``;
     with ``cluster``, a loop drawn open: subgraph ``name`` (``attrs`` its own) holding its body,
     and ``inner`` nodes ``(name, attrs)`` that stand for no TraceGraph node (an open region's
-    op types); each of ``rows`` names inner nodes kept on one rank, left to right."""
+    op types); each of ``rows`` names inner nodes kept on one rank, left to right; ``extra``
+    nodes ``(name, attrs)`` are drawn next to it, in its region (a user's case node after its
+    branch point)."""
 
     name: str
     attrs: dict[str, str]
     cluster: bool = False
     inner: tuple[tuple[str, dict[str, str]], ...] = ()
     rows: tuple[tuple[str, ...], ...] = ()
+    extra: tuple[tuple[str, dict[str, str]], ...] = ()
 
 
 def plain_item(g: TraceGraph, n: TraceNode) -> DotItem:
@@ -226,6 +231,8 @@ def _add_region(dot: graphviz.Digraph, g: TraceGraph, parent: int, style: DotSty
                             same.edge(a, b, style="invis")
         else:
             dot.node(item.name, **item.attrs)
+        for name, attrs in item.extra:
+            dot.node(name, **attrs)
 
 
 def dot_label(*lines: str) -> str:
