@@ -10,6 +10,8 @@ A branch point is where iterations took different op paths. What made them diffe
   or by two versions of a region (other argument specs): the region's variants.
 - ``specs``: one statement's ops with other shapes or attributes (a ``for p, g in zip(...)``
   over parameters of different shapes, a smaller last batch): variants, not a user branch.
+- ``library``: one statement ran other ops, no Python statement of the user's chose (a branch
+  inside Keras: an optimizer building its variables at its first call): variants too.
 - ``op``: a divergence the source does not explain (its source is unknown): drawn at the op.
 
 Which statement decided comes from the user frames of the ops on the diverging edges (a
@@ -49,7 +51,7 @@ def branch_sites(g: TraceGraph, sources: Mapping[str, str],
         succ = g.successors(b)
         found = _decide(g, b, [_stack(g, s, stacks) for s in succ], sources)
         key = (found.kind, found.file, found.line, g.nodes[b].parent)
-        if found.kind in ("op", "specs"):
+        if found.kind in ("op", "specs", "library"):
             key += (b,)  # no statement joins them: one site per branch point
         entry = sites.setdefault(key, [found, []])
         entry[1] += [(b, s, label) for s, label in zip(succ, found.labels)]
@@ -106,7 +108,7 @@ def _decide(g: TraceGraph, b: int, stacks: list[Stack | None],
         if found is not None and (best is None or found[1].lineno < best[1].lineno):
             best = found
     if best is None:
-        return _Decision("op", "", 0, "", tuple(f"case {k}" for k in range(len(succ))))
+        return _unexplained(g, succ, stacks, sources)
     file, stmt, chains = best
     text = header(stmt, sources[file])
     labels = tuple(arm(stmt, c) for c in chains(stacks))
@@ -119,12 +121,26 @@ def _variants(g: TraceGraph, succ: tuple[int, ...], stack: Stack) -> _Decision:
     other specs. Each edge is labelled by what its successor is."""
     nodes = [g.nodes[s] for s in succ]
     regional = any(g.region_call(n) is not None for n in nodes)
+    specs = _differing([tuple(map(str, n.input_specs)) or ("",) for n in nodes])
     labels = tuple(
         ("compiled" if g.region_call(n) is not None else "op by op") if regional
-        else ", ".join(map(str, n.input_specs[:2])) or n.op_type
-        for n in nodes)
+        else text or n.op_type or n.kind
+        for n, text in zip(nodes, specs))
     file, line = stack[-1]
     return _Decision("region" if regional else "specs", file, line, "", labels)
+
+
+def _unexplained(g: TraceGraph, succ: tuple[int, ...], stacks: list[Stack | None],
+                 sources: Mapping[str, str]) -> _Decision:
+    """No Python statement chose: with the source at hand, the earliest line's statement ran
+    other ops (a branch inside a library: Keras building an optimizer at its first call),
+    each way labelled by its first op; without it, an unexplained branch point."""
+    lines = [s[-1] for s in stacks if s is not None and s[-1][0] in sources]
+    if not lines:
+        return _Decision("op", "", 0, "", tuple(f"case {k}" for k in range(len(succ))))
+    file, line = min(lines, key=lambda fl: fl[1])
+    labels = tuple(g.nodes[s].op_type or g.nodes[s].kind for s in succ)
+    return _Decision("library", file, line, "", labels)
 
 
 def _pair(a: Stack | None, b: Stack | None, sources: Mapping[str, str]):

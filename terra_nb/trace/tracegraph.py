@@ -104,7 +104,8 @@ class RegionCall:
 class BranchSite:
     """What the user's program did at some branch points (``branches.py`` says how it is
     found): ``kind`` if (a Python ``if``: one case node), loop (entered or not), region (a
-    region's variants), specs (one line's ops with other specs) or op (unexplained);
+    region's variants), specs (one line's ops with other specs), library (one line ran other
+    ops: a library's own branch) or op (unexplained: its source is unknown);
     ``location``: the statement's ``file:line`` (variants: the line's); ``text``: its first
     line; ``arms``: ``(branch point, successor, label)`` per diverging edge."""
 

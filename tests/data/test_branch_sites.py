@@ -4,6 +4,7 @@ ops it replaced as its variants, with labels that differ; a loop's per-shape pat
 not a branch; variables by their names. Plain data, no TensorFlow."""
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -11,7 +12,7 @@ from branch_fixtures import CALLS, CELL, FORWARD, W, branching_graph, op, sited_
 
 from terra_nb.errors import GraphError
 from terra_nb.trace.branches import branch_sites, variant_labels
-from terra_nb.trace.dot import to_text
+from terra_nb.trace.dot import Listing, to_text
 from terra_nb.trace.records import TensorSpec
 from terra_nb.trace.tracegraph import BranchSite, TraceGraph, TraceNode, check_graph
 
@@ -95,3 +96,23 @@ def test_check_graph_names_a_site_on_a_missing_edge():
     bad = BranchSite("if", "cell:6", "if float(loss) > 4.0:", ((5, 2, "true"),))
     with pytest.raises(GraphError, match="branch site cell:6 names edge 5->2"):
         check_graph(replace(g, branches=(*g.branches, bad)))
+
+
+def test_a_branch_inside_a_library_call_is_that_line_s_variants():
+    """Keras's first ``apply_gradients`` builds the optimizer's variables: that iteration ran
+    more ops on line 5 than the others, and no Python line of the user's decided it."""
+    nodes = (TraceNode(0, "start"), TraceNode(1, "end"), op(2, "MatMul", 5),
+             op(3, "VarHandleOp", 5), op(4, "Greater", 6))
+    g = TraceGraph(nodes, ((0, 2), (2, 3), (2, 4), (3, 4), (4, 1)))
+    (site,) = branch_sites(g, {"cell": CELL})
+    assert (site.kind, site.location) == ("library", "cell:5")
+    assert [label for _, _, label in site.arms] == ["VarHandleOp", "Greater"]
+    assert branch_sites(g, {})[0].kind == "op"  # no source: nothing explains it
+
+
+def test_the_text_listing_names_the_ways_by_the_if_and_the_variants():
+    text = to_text(sited_graph(), Listing())
+    assert re.search(r"-> true:%\d+ false:%\d+  \(if float\(loss\) > 4\.0: @cell:6\)", text)
+    assert re.search(r"-> op by op:%\d+ compiled:%\d+ compiled:%\d+  \(region variants @cell:4\)",
+                     text)
+    assert "case 0:" not in text
