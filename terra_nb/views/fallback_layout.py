@@ -136,7 +136,7 @@ def _region_edges(g, plan: ViewPlan, parent: int, pos, sized) -> list[str]:
         case = e.case if e is not None else -1
         cls = "terra-edge" + (f" terra-case terra-case-{case}" if case >= 0 else "")
         cls += " terra-variant" if e is not None and e.variant else ""
-        label = e.label if e is not None else ""
+        label = "" if e is None else e.label or (f"case {case}" if case >= 0 else "")
         out.append(
             f'<g id="e_{src}_{dst}" class="edge {cls}"><path d="M{x1:.1f},{y1:.1f} '
             f'L{x2:.1f},{y2:.1f}" stroke="#868e96" fill="none" '

@@ -222,7 +222,8 @@ def _edge(e: ViewEdge, marks: dict[str, list[str]],
     if e.case >= 0:
         color = CASE_COLORS[e.case % len(CASE_COLORS)]
         classes += ["terra-case", f"terra-case-{e.case}"]
-        attrs.update(label=e.label, color=color, fontcolor=color, penwidth="1.6")
+        attrs.update(label=e.label or f"case {e.case}", color=color, fontcolor=color,
+                     penwidth="1.6")
     elif e.variant:
         classes.append("terra-variant")
         attrs.update(label=e.label, style="dashed", fontcolor="#868e96")

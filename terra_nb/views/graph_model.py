@@ -46,7 +46,7 @@ class ViewEdge:
     src: str
     dst: str
     case: int = -1  # >= 0: the case-th way of a branch (a user case's arm, a branch point's)
-    label: str = ""  # a case arm's (true, false) or a variant's (compiled, f32[8,4])
+    label: str = ""  # a case arm's (true, false) or a variant's (compiled, f32[8,4]); "": case k
     variant: bool = False  # one of a statement's variants (a region's, other specs)
 
 
@@ -248,8 +248,7 @@ def _edges(g: TraceGraph, key_of: dict[int, str],
         elif way is not None:
             ends = [ViewEdge(src, dst, label=way[2], variant=True)]
         elif a in unexplained:
-            i = g.successors(a).index(b)
-            ends = [ViewEdge(src, dst, i, f"case {i}")]
+            ends = [ViewEdge(src, dst, g.successors(a).index(b))]  # drawn ``case k``
         else:
             ends = [ViewEdge(src, dst)]
         for e in ends:

@@ -1,5 +1,5 @@
 """The exported graph of a real loop shows the user's program (issue 40): a Keras MLP trained by
-hand, batches of 8 and 16, one ``if`` on a fetched loss and an inner ``for p, g in
+hand, batches of 8 and 16 (each with both ways of the ``if``), one ``if`` on a fetched loss and an inner ``for p, g in
 zip(params, grads)`` loop. Its JSON (what every view reads) has exactly one user branch, at the
 ``if``'s line, also when a second Terra reuses what the first learned (a cell run again); the
 inner loop as a loop node; the model call's region versions with labels that differ; and the
@@ -25,7 +25,7 @@ def _train(model, data, learned=None):
     params = model.trainable_variables
     with terra_nb.Terra(learned=learned) as terra:
         for step in terra.loop(range(40)):
-            x, y = data[step % 2]
+            x, y = data[step % 4]  # each batch size both ways of the if
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean((model(x) - y) ** 2)
             grads = tape.gradient(loss, params)
@@ -44,7 +44,7 @@ def runs():
     rng = np.random.default_rng(0)
     data = [(rng.normal(size=(n, 4)).astype("float32"),
              (rng.normal(size=(n, 1)) + shift).astype("float32"))
-            for n, shift in ((8, 3.0), (16, 0.0))]
+            for n, shift in ((8, 4.0), (16, 4.0), (8, 0.0), (16, 0.0))]
     first = _train(model, data)
     again = _train(model, data, learned=first.learned)
     return json.loads(first.graph.to_json()), json.loads(again.graph.to_json())
