@@ -116,3 +116,15 @@ def test_the_text_listing_names_the_ways_by_the_if_and_the_variants():
     assert re.search(r"-> op by op:%\d+ compiled:%\d+ compiled:%\d+  \(region variants @cell:4\)",
                      text)
     assert "case 0:" not in text
+
+
+def test_variants_that_differ_only_in_their_outputs_say_so():
+    """``Tile`` of one input to a batch of 8 or of 16: the labels name the output specs."""
+    def tile(i, rows):
+        return TraceNode(i, "op", op_type="Tile", location="cell:4", loc=i, input_specs=(W,),
+                         outputs=(TensorSpec("float32", (rows, 1)),), sources=((),), hits=1)
+
+    nodes = (TraceNode(0, "start"), TraceNode(1, "end"), tile(2, 8), tile(3, 16))
+    g = TraceGraph(nodes, ((0, 2), (0, 3), (2, 1), (3, 1)))
+    (site,) = branch_sites(g, {"cell": CELL})
+    assert [label for _, _, label in site.arms] == ["→ f32[8,1]", "→ f32[16,1]"]

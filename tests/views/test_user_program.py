@@ -1,9 +1,9 @@
 """The exported graph of a real loop shows the user's program (issue 40): a Keras MLP trained by
-hand, batches of 8 and 16 (each with both ways of the ``if``), one ``if`` on a fetched loss and an inner ``for p, g in
-zip(params, grads)`` loop. Its JSON (what every view reads) has exactly one user branch, at the
-``if``'s line, also when a second Terra reuses what the first learned (a cell run again); the
-inner loop as a loop node; the model call's region versions with labels that differ; and the
-variables by their Keras names."""
+hand, batches of 8 and 16 (each batch size takes both ways of the ``if``), one ``if`` on a
+fetched loss and an inner ``for p, g in zip(params, grads)`` loop. Its JSON (what every view
+reads) has exactly one user branch, at the ``if``'s line, also when a second Terra reuses what
+the first learned (a cell run again); the inner loop as a loop node; the model call's region
+versions with labels that differ; and the variables by their Keras names."""
 
 import json
 from pathlib import Path
