@@ -121,8 +121,9 @@ def _variants(g: TraceGraph, succ: tuple[int, ...], stack: Stack) -> _Decision:
     other specs. Each edge is labelled by what its successor is."""
     nodes = [g.nodes[s] for s in succ]
     regional = any(g.region_call(n) is not None for n in nodes)
-    specs = _differing([(*map(str, n.input_specs), *(f"→ {o}" for o in n.outputs)) or ("",)
-                        for n in nodes])
+    specs = _differing([tuple(map(str, n.input_specs)) or ("",) for n in nodes])
+    if not any(specs):  # the same inputs: the outputs tell them apart, if anything does
+        specs = _differing([tuple(f"→ {o}" for o in n.outputs) or ("",) for n in nodes])
     labels = tuple(
         ("compiled" if g.region_call(n) is not None else "op by op") if regional
         else text or n.op_type or n.kind

@@ -156,7 +156,7 @@ def test_viz_in_a_terminal_says_it_shows_the_text_views_and_does(ip, terminal, c
     out = capsys.readouterr().out
     assert out.startswith("terra: --viz in a terminal shows the text views")
     summary = out.index("terra[trace]:")
-    assert "case 1:" in out[summary:]  # the TraceGraph listing
+    assert "false:" in out[summary:]  # the TraceGraph listing: the `if i % 2` ways
     assert any(line.split()[:2] == ["iter", "phase"] for line in out[summary:].splitlines())
 
 

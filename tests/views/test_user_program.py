@@ -63,11 +63,20 @@ def test_one_user_branch_at_the_if_line(runs, run):
     assert set(data["branch_points"]) <= explained  # no divergence drawn as a bare op
 
 
-def test_the_inner_loop_is_a_loop_node(runs):
-    loops = [n for n in runs[0]["nodes"] if n["kind"] == "loop"]
+def test_the_inner_loop_is_a_loop_not_a_case(runs):
+    """``for p, g in zip(params, grads)``: a loop node; its body parts at the start (each
+    parameter's ops have its shape), and that parting is the loop's spec variants, labelled by
+    the shapes, never a case."""
+    data = runs[0]
     zip_line = IF_LINE + 2
-    assert any(n["location"] == f"{HERE}:{zip_line}" and n["trip_counts"] == [4]
-               for n in loops), [(n["location"], n["trip_counts"]) for n in loops]
+    (loop,) = [n for n in data["nodes"]
+               if n["kind"] == "loop" and n["location"] == f"{HERE}:{zip_line}"]
+    assert loop["trip_counts"] == [4]
+    start = loop["body"][0]
+    (site,) = [b for b in data["branches"] if b["arms"][0][0] == start]
+    assert site["kind"] == "specs"
+    assert sorted(label for _, _, label in site["arms"]) == sorted(
+        ["f32[4,16]", "f32[16]", "f32[16,1]", "f32[1]"])
 
 
 def test_region_versions_have_labels_that_differ(runs):
