@@ -22,6 +22,7 @@ Which statement decided comes from the user frames of the ops on the diverging e
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -135,14 +136,26 @@ def _variants(g: TraceGraph, succ: tuple[int, ...], stack: Stack) -> _Decision:
 def _unexplained(g: TraceGraph, succ: tuple[int, ...], stacks: list[Stack | None],
                  sources: Mapping[str, str]) -> _Decision:
     """No Python statement chose: with the source at hand, the earliest line's statement ran
-    other ops (a branch inside a library: Keras building an optimizer at its first call),
-    each way labelled by its first op; without it, an unexplained branch point."""
+    other ops: a region's variants when a way is a region's call (one formed later than
+    another), else a branch inside a library (Keras building an optimizer at its first call);
+    each way labelled by its first op. Without the source, an unexplained branch point."""
     lines = [s[-1] for s in stacks if s is not None and s[-1][0] in sources]
     if not lines:
         return _Decision("op", "", 0, "", tuple(f"case {k}" for k in range(len(succ))))
     file, line = min(lines, key=lambda fl: fl[1])
-    labels = tuple(g.nodes[s].op_type or g.nodes[s].kind for s in succ)
-    return _Decision("library", file, line, "", labels)
+    calls = [g.region_call(g.nodes[s]) for s in succ]
+    labels = tuple(call.label.split(" · ")[0] if call is not None
+                   else _op_name(g.nodes[s].op_type) or g.nodes[s].kind
+                   for s, call in zip(succ, calls))
+    kind = "region" if any(calls) else "library"
+    return _Decision(kind, file, line, "", labels)
+
+
+def _op_name(op_type: str) -> str:
+    """An op type as a label; a function call's generated name shortened
+    (``__inference_tape_gradient_1130`` -> ``tape_gradient``)."""
+    match = re.fullmatch(r"__inference_(.+?)_\d+", op_type)
+    return match.group(1) if match else op_type
 
 
 def _pair(a: Stack | None, b: Stack | None, sources: Mapping[str, str]):

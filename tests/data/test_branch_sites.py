@@ -128,3 +128,14 @@ def test_variants_that_differ_only_in_their_outputs_say_so():
     g = TraceGraph(nodes, ((0, 2), (0, 3), (2, 1), (3, 1)))
     (site,) = branch_sites(g, {"cell": CELL})
     assert [label for _, _, label in site.arms] == ["→ f32[8,1]", "→ f32[16,1]"]
+
+
+def test_a_region_formed_later_on_the_next_line_is_a_region_variant():
+    """After one call's region, a later iteration ran another region's call on the same line
+    (a tape's, formed later) before the next line's: the region's variants, not a case."""
+    nodes = (TraceNode(0, "start"), TraceNode(1, "end"), op(2, "MatMul", 4),
+             op(3, FORWARD, 4), op(4, "Greater", 6))
+    g = TraceGraph(nodes, ((0, 2), (2, 3), (2, 4), (3, 4), (4, 1)), CALLS[:1])
+    (site,) = branch_sites(g, {"cell": CELL})
+    assert (site.kind, site.location) == ("region", "cell:4")
+    assert [label for _, _, label in site.arms] == ["model(x): Sequential", "Greater"]
