@@ -16,7 +16,7 @@ for x, y in batches:
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean((model(x) - y) ** 2)
     grads = tape.gradient(loss, params)
-    if float(loss) > 4.0:
+    if float(loss) > 4.0:  # the branch (a comment is no part of the case's label)
         grads = [g * 0.5 for g in grads]
     for p, g in zip(params, grads):
         p.assign_sub(0.01 * g)

@@ -111,7 +111,7 @@ def _decide(g: TraceGraph, b: int, stacks: list[Stack | None],
     if best is None:
         return _unexplained(g, succ, stacks, sources)
     file, stmt, chains = best
-    text = header(stmt, sources[file])
+    text = header(stmt)
     labels = tuple(arm(stmt, c) for c in chains(stacks))
     return _Decision("if" if isinstance(stmt, BRANCHES) else "loop", file, stmt.lineno, text,
                      labels)
@@ -144,11 +144,21 @@ def _unexplained(g: TraceGraph, succ: tuple[int, ...], stacks: list[Stack | None
         return _Decision("op", "", 0, "", tuple(f"case {k}" for k in range(len(succ))))
     file, line = min(lines, key=lambda fl: fl[1])
     calls = [g.region_call(g.nodes[s]) for s in succ]
-    labels = tuple(call.label.split(" · ")[0] if call is not None
-                   else _op_name(g.nodes[s].op_type) or g.nodes[s].kind
-                   for s, call in zip(succ, calls))
+    labels = tuple(_way(g, s, stack, call, line) for s, stack, call in zip(succ, stacks, calls))
     kind = "region" if any(calls) else "library"
     return _Decision(kind, file, line, "", labels)
+
+
+def _way(g: TraceGraph, node_id: int, stack: Stack | None, call, line: int) -> str:
+    """A way's label at a line that ran other ops: the region it calls, the op it runs on the
+    line, or where it goes on to (``on to line 17``, ``end``)."""
+    if call is not None:
+        return call.label.split(" · ")[0]
+    if stack is None:
+        return "end"
+    if stack[-1][1] != line:
+        return f"on to line {stack[-1][1]}"
+    return _op_name(g.nodes[node_id].op_type) or g.nodes[node_id].kind
 
 
 def _op_name(op_type: str) -> str:

@@ -117,7 +117,12 @@ def arm(stmt: ast.stmt, chain: Chain) -> str:
     return "true" if inside else "false"
 
 
-def header(stmt: ast.stmt, text: str) -> str:
-    """The first line of ``stmt`` as written (``if float(loss) > 4.0:``)."""
-    lines = text.splitlines()
-    return lines[stmt.lineno - 1].strip() if stmt.lineno <= len(lines) else ""
+def header(stmt: ast.stmt) -> str:
+    """The header of a branch or loop, without its comment (``if float(loss) > 4.0:``)."""
+    if isinstance(stmt, ast.If):
+        return f"if {ast.unparse(stmt.test)}:"
+    if isinstance(stmt, ast.While):
+        return f"while {ast.unparse(stmt.test)}:"
+    if isinstance(stmt, (ast.For, ast.AsyncFor)):
+        return f"for {ast.unparse(stmt.target)} in {ast.unparse(stmt.iter)}:"
+    return ""

@@ -3,8 +3,10 @@ MLP cell with one ``if`` and an inner ``for p, g in zip(...)`` loop draws exactl
 node, at the ``if``'s line, also after the cell is run again; the loop is a loop; the model
 call's region versions (batches of 8 and 16) have labels that differ; a variable reads as
 ``dense/kernel``. The quickstart's ``if`` is one case node at its line. Screenshots in
-``test-artifacts/``: ``browser-user-program-graph.png``, ``browser-user-program-rerun.png``,
-``browser-user-program-variable.png``, ``browser-quickstart-case.png`` (look at them)."""
+``test-artifacts/``: ``browser-user-program-graph.png`` (the case node, the loops),
+``browser-user-program-variants.png`` (the region versions), ``browser-user-program-variable.png``
+(a variable's name), ``browser-user-program-rerun.png`` (after the cell ran again),
+``browser-quickstart-case.png`` (the quickstart's ``if``) (look at them)."""
 
 from __future__ import annotations
 
@@ -34,14 +36,21 @@ def _one_case_at_the_if(page, svg: str, text: str, line: int) -> None:
     assert page.locator(f"{svg} g.node.terra-branch").count() == 1
 
 
-def _show(page, query: str) -> None:
-    """The graph fitted, the element matching ``query`` panned to the middle."""
-    page.click(f"{GRAPH} button.terra-btn >> text=Fit")
-    page.fill(f"{GRAPH} input.terra-search", query)
+def _show(page, query: str, graph: str = GRAPH) -> None:
+    """A taller pane (as its resize handle gives), zoomed in from Fit until labels read at
+    about their size, the element matching ``query`` panned to the middle."""
+    page.evaluate(f"() => {{ document.querySelector('{graph} .terra-viewport').style.height ="
+                  " '640px'; }")
+    page.click(f"{graph} button.terra-btn >> text=Fit")
+    for _ in range(8):
+        if float(page.get_attribute(graph, "data-scale")) >= 0.9:
+            break
+        page.click(f"{graph} button.terra-btn >> text=+")
+    page.fill(f"{graph} input.terra-search", query)
     page.wait_for_function(
-        f"() => Number(document.querySelector('{GRAPH}').dataset.found) >= 1", timeout=10_000)
-    page.fill(f"{GRAPH} input.terra-search", "")
-    page.evaluate(f"() => document.querySelector('{GRAPH}').scrollIntoView()")
+        f"() => Number(document.querySelector('{graph}').dataset.found) >= 1", timeout=10_000)
+    page.fill(f"{graph} input.terra-search", "")  # the match's highlight off, the view stays
+    page.evaluate(f"() => document.querySelector('{graph}').scrollIntoView()")
 
 
 def _rerun_loop_cell(page) -> None:
@@ -74,6 +83,8 @@ def test_mlp_loop_one_case_node_variants_and_names(lab, page):
     assert page.locator(f"{SVG} g.edge.terra-variant").count() >= 2
     _show(page, "if float(loss)")
     _shot(page, "user-program-graph")
+    _show(page, "model(x): Sequential")  # the versions' labels, side by side
+    _shot(page, "user-program-variants")
     _show(page, "ReadVariableOp")  # an op of the model traced one by one: it reads a variable
     node = page.locator(f"{SVG} g.node.terra-op:not(.terra-region):has-text('ReadVariableOp')")
     node.first.dispatch_event("mouseover")  # the details panel follows the pointer
@@ -95,6 +106,6 @@ def test_quickstart_if_is_one_case_node(lab, page):
     page.wait_for_function(KERNEL_IDLE, timeout=300_000)
     svg = f"{graph} .terra-viewport svg"
     _one_case_at_the_if(page, svg, "if float(loss) < 7.0:", 9)
-    page.evaluate(f"() => document.querySelector('{graph}').scrollIntoView()")
+    _show(page, "if float(loss)", graph)
     _shot(page, "quickstart-case")
     assert page.terra_errors == []

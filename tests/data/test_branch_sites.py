@@ -106,7 +106,7 @@ def test_a_branch_inside_a_library_call_is_that_line_s_variants():
     g = TraceGraph(nodes, ((0, 2), (2, 3), (2, 4), (3, 4), (4, 1)))
     (site,) = branch_sites(g, {"cell": CELL})
     assert (site.kind, site.location) == ("library", "cell:5")
-    assert [label for _, _, label in site.arms] == ["VarHandleOp", "Greater"]
+    assert [label for _, _, label in site.arms] == ["VarHandleOp", "on to line 6"]
     assert branch_sites(g, {})[0].kind == "op"  # no source: nothing explains it
 
 
@@ -138,4 +138,4 @@ def test_a_region_formed_later_on_the_next_line_is_a_region_variant():
     g = TraceGraph(nodes, ((0, 2), (2, 3), (2, 4), (3, 4), (4, 1)), CALLS[:1])
     (site,) = branch_sites(g, {"cell": CELL})
     assert (site.kind, site.location) == ("region", "cell:4")
-    assert [label for _, _, label in site.arms] == ["model(x): Sequential", "Greater"]
+    assert [label for _, _, label in site.arms] == ["model(x): Sequential", "on to line 6"]
