@@ -36,14 +36,14 @@ def _one_case_at_the_if(page, svg: str, text: str, line: int) -> None:
     assert page.locator(f"{svg} g.node.terra-branch").count() == 1
 
 
-def _show(page, query: str, graph: str = GRAPH) -> None:
-    """A taller pane (as its resize handle gives), zoomed in from Fit until labels read at
-    about their size, the element matching ``query`` panned to the middle."""
+def _show(page, query: str, graph: str = GRAPH, scale: float = 0.9) -> None:
+    """A taller pane (as its resize handle gives), zoomed in from Fit to about ``scale`` (0.9:
+    labels read at about their size), the element matching ``query`` panned to the middle."""
     page.evaluate(f"() => {{ document.querySelector('{graph} .terra-viewport').style.height ="
                   " '640px'; }")
     page.click(f"{graph} button.terra-btn >> text=Fit")
     for _ in range(8):
-        if float(page.get_attribute(graph, "data-scale")) >= 0.9:
+        if float(page.get_attribute(graph, "data-scale")) >= scale:
             break
         page.click(f"{graph} button.terra-btn >> text=+")
     page.fill(f"{graph} input.terra-search", query)
@@ -83,7 +83,7 @@ def test_mlp_loop_one_case_node_variants_and_names(lab, page):
     assert page.locator(f"{SVG} g.edge.terra-variant").count() >= 2
     _show(page, "if float(loss)")
     _shot(page, "user-program-graph")
-    _show(page, "model(x): Sequential")  # the versions' labels, side by side
+    _show(page, "ReadVariableOp", scale=0.6)  # the top: the versions' labels, side by side
     _shot(page, "user-program-variants")
     _show(page, "ReadVariableOp")  # an op of the model traced one by one: it reads a variable
     node = page.locator(f"{SVG} g.node.terra-op:not(.terra-region):has-text('ReadVariableOp')")
