@@ -27,6 +27,7 @@ class Step:
     field: str
 
     def same(self, other: Step | None) -> bool:
+        """The same statement and field (statements compare by identity: one parse)."""
         return other is not None and other.stmt is self.stmt and other.field == self.field
 
 

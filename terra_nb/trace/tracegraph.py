@@ -120,6 +120,7 @@ class BranchSite:
         return tuple(dict.fromkeys(b for b, _, _ in self.arms))
 
     def to_dict(self) -> dict:
+        """Its JSON form (``TraceGraph.from_json`` reads it back)."""
         return {"kind": self.kind, "location": self.location, "text": self.text,
                 "arms": [list(a) for a in self.arms]}
 
