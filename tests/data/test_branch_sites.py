@@ -8,7 +8,18 @@ import re
 from dataclasses import replace
 
 import pytest
-from branch_fixtures import CALLS, CELL, FORWARD, W, branching_graph, op, sited_graph
+from branch_fixtures import (
+    CALLS,
+    CELL,
+    FORWARD,
+    FORWARD_16,
+    X8,
+    H,
+    W,
+    branching_graph,
+    op,
+    sited_graph,
+)
 
 from terra_nb.errors import GraphError
 from terra_nb.trace.branches import branch_sites, variant_labels
@@ -139,3 +150,13 @@ def test_a_region_formed_later_on_the_next_line_is_a_region_variant():
     (site,) = branch_sites(g, {"cell": CELL})
     assert (site.kind, site.location) == ("region", "cell:4")
     assert [label for _, _, label in site.arms] == ["model(x): Sequential", "on to line 6"]
+
+
+def test_region_versions_with_the_same_specs_are_numbered():
+    """A cell run again that makes its model anew: the call's region forms again, with the same
+    specs; the versions are told apart by number."""
+    nodes = (TraceNode(0, "start"), TraceNode(1, "end"), op(2, FORWARD, 4, specs=(X8, H)),
+             op(3, FORWARD_16, 4, specs=(X8, H)))
+    g = TraceGraph(nodes, ((0, 2), (0, 3), (2, 1), (3, 1)), CALLS)
+    assert variant_labels(g) == {2: "model(x): Sequential · 1 op · no args #1",
+                                 3: "model(x): Sequential · 1 op · no args #2"}
