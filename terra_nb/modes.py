@@ -41,6 +41,8 @@ class Learned:
     # variable key -> handle, seen in tracing; weak: a Learned kept across notebook cells must
     # not keep the variables of models the user has dropped
     handles: weakref.WeakValueDictionary = field(default_factory=weakref.WeakValueDictionary)
+    # variable key -> its Keras or TensorFlow name (plain strings), for the views
+    variable_names: dict = field(default_factory=dict)
     # region function op type -> RegionCall (plain data): how the graph names a region's node
     region_calls: dict = field(default_factory=dict)
     # the regions formed (``regions.Regions``), carried over to a later Terra on the same code
@@ -100,7 +102,7 @@ class TraceEngine(EagerEngine):
 
     def __init__(self, learned: Learned) -> None:
         self.learned = learned
-        self.recorder = TraceRecorder(learned.locations, learned.handles)
+        self.recorder = TraceRecorder(learned.locations, learned.handles, learned.variable_names)
         self._iteration = 0
 
     def begin(self, root_frame, iteration: int):
@@ -155,7 +157,8 @@ class CoexecEngine:
         self._traced = 0  # iterations traced (not fallbacks) by this engine
         self._hold = contextlib.ExitStack()
         self.runner = PythonRunner(learned.locations, learned.index, lazy=lazy, xla=xla,
-                                   compile_after=compile_after, handles=learned.handles)
+                                   compile_after=compile_after, handles=learned.handles,
+                                   names=learned.variable_names)
         try:  # the GraphRunner's helper thread starts in it: a Ctrl-C (or error) must stop it
             self._take_over()
         except BaseException:

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from . import heap, modes
@@ -39,6 +39,7 @@ from .regions import Explained, Interception, RegionSummary
 from .runner_results import RunnerResults
 from .timeline import RunnerSpan, SpanFeed, SpanLog, exec_spans
 from .trace.tracegraph import TraceGraph
+from .user_graph import user_graph
 
 _open = threading.local()  # the Terra whose context is open in this thread
 
@@ -127,7 +128,7 @@ class Terra(RunnerResults):
         self._iteration: ExitStack | None = None
         self._t_start, self._label = 0.0, ""  # the open iteration's
         self.last_path: tuple[int, ...] = ()  # TraceGraph nodes of the last iteration
-        self._named_graph: tuple | None = None  # (builder's graph, calls known, named graph)
+        self._named_graph: tuple | None = None  # (builder's graph, counts, user graph)
         self._notes: list[str] = []
         self.on_note: Callable[[str], None] = print_note  # a notebook shows notes its own way
         self._keras = KerasSteps(self)
@@ -364,19 +365,17 @@ class Terra(RunnerResults):
 
     @property
     def graph(self) -> TraceGraph:
-        """The TraceGraph of the iterations traced so far; with regions, its ``region_calls``
-        name the region function nodes (the same object while nothing changed)."""
+        """The TraceGraph of the iterations traced so far, as the user's program has it
+        (``user_graph``): its region calls, branch sites and variable names (the same object
+        while nothing changed)."""
         g = self.learned.builder.finish()
         calls = self.learned.region_calls
         if self._interception is not None:
             calls.update(self._interception.regions.region_calls())
-        if not calls:
-            return g
+        known = (len(calls), len(self.learned.variable_names))
         cached = self._named_graph
-        if cached is None or cached[0] is not g or cached[1] != len(calls):
-            present = {n.op_type for n in g.nodes}
-            named = tuple(c for op, c in sorted(calls.items()) if op in present)
-            self._named_graph = cached = (g, len(calls), replace(g, region_calls=named))
+        if cached is None or cached[0] is not g or cached[1] != known:
+            self._named_graph = cached = (g, known, user_graph(g, self.learned, calls))
         return cached[2]
 
 

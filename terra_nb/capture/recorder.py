@@ -17,6 +17,7 @@ from ..trace.records import Source, TensorSpec, Trace, TraceOp
 from .attrs import complete_attrs, input_dtypes, is_tensor, split_call
 from .location import LocationTable
 from .signature import call_signature, op_type_of
+from .variable_names import name_variables
 
 _RESOURCE = tf.resource
 
@@ -30,7 +31,8 @@ class TraceRecorder:
 
     intercepts = False
 
-    def __init__(self, locations: LocationTable, handles: dict[str, Any] | None = None) -> None:
+    def __init__(self, locations: LocationTable, handles: dict[str, Any] | None = None,
+                 names: dict[str, str] | None = None) -> None:
         self.locations = locations
         self._raw: list[tuple] = []
         self._context = context.context()  # its device_name: the user's tf.device scope
@@ -40,6 +42,8 @@ class TraceRecorder:
         self.signatures: list[tuple[tuple, tuple | None]] = []
         # variable key (``Source.detail``) -> its resource handle, for the generated program
         self.handles: dict[str, Any] = {} if handles is None else handles
+        # variable key -> its Keras or TensorFlow name (``variable_names``), for the views
+        self.names: dict[str, str] = {} if names is None else names
 
     # -- hot path ---------------------------------------------------------------------------
 
@@ -97,6 +101,7 @@ class TraceRecorder:
 
     def finish(self, iteration: int) -> Trace:
         """Make the trace of the ops recorded since ``begin`` and release their tensors."""
+        root = self.locations.root  # its namespace names the variables the trace read
         self.locations.release_root()
         producers: dict[int, tuple[int, int]] = {}
         ops = []
@@ -137,6 +142,7 @@ class TraceRecorder:
             for k, t in enumerate(outputs):
                 producers[t._id] = (index, k)
         ops = _mark_fetches(ops, self._fetched, producers)
+        name_variables(self.handles, root, self.names)
         self._previous = producers
         self.discard()
         return Trace(iteration=iteration, ops=tuple(ops))

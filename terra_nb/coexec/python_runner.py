@@ -71,11 +71,11 @@ class PythonRunner:
 
     def __init__(self, locations: LocationTable, index: SignatureIndex, *, lazy: bool,
                  xla: bool, chunk_ops: int = FLUSH_AT, compile_after: int = 2,
-                 handles: dict | None = None) -> None:
+                 handles: dict | None = None, names: dict | None = None) -> None:
         self.locations = locations
         self.index = index
         self.lazy = lazy
-        self.log = TraceRecorder(locations, handles)
+        self.log = TraceRecorder(locations, handles, names)
         self.handles: dict[int, Any] = {}
         self.graph = GraphRunner(
             self.handles, xla=xla, compile_after=compile_after,

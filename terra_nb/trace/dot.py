@@ -33,18 +33,20 @@ def _names(g: TraceGraph) -> dict[int, str]:
     return {node_id: f"%{i}" for i, node_id in enumerate(order)}
 
 
-def _source_text(s: Source, names: dict[int, str]) -> str:
+def _source_text(g: TraceGraph, s: Source, names: dict[int, str]) -> str:
     if s.kind == "node":
         return names[s.index] + (f".{s.output}" if s.output else "")
     if s.kind == "carry":
         return "prev" + names[s.index] + (f".{s.output}" if s.output else "")
+    if s.kind == "var":
+        return f"var:{g.variable_name(s.detail)}"
     return f"{s.kind}:{s.detail}"
 
 
-def _inputs_text(n: TraceNode, names: dict[int, str]) -> str:
+def _inputs_text(g: TraceGraph, n: TraceNode, names: dict[int, str]) -> str:
     parts = []
     for seen in n.sources:
-        texts = [_source_text(s, names) for s in seen]
+        texts = [_source_text(g, s, names) for s in seen]
         parts.append(texts[0] if len(texts) == 1 else "{" + "|".join(texts) + "}")
     return " ".join(parts)
 
@@ -52,24 +54,24 @@ def _inputs_text(n: TraceNode, names: dict[int, str]) -> str:
 def to_text(g: TraceGraph, listing: Listing | None = None) -> str:
     """One line per node, loops indented, successors after ``->``, like a jaxpr. With a
     ``listing`` (what a person reads, e.g. ``%terra graph`` in a terminal): locations named
-    as the front end names them (``In [3]:6``), branch successors as ``case k:%n``, the
-    source line after each op and a legend of the marks."""
+    as the front end names them (``In [3]:6``), branch successors by their way (``true:%n``
+    after a Python ``if``, named with its line; ``compiled:%n`` for a region's variants;
+    ``case k:%n`` when nothing says), the source line after each op and a legend."""
     names = _names(g)
-    cases = set(g.branch_points) if listing else set()
     loops = len(g.nodes_of("loop"))
     lines = [
         f"TraceGraph({len(g.nodes)} nodes, {loops} loops, {len(g.branch_points)} branch points)"
     ]
     where = listing.where if listing else (lambda loc: loc)
+    ways = _ways(g, where) if listing else {}
     said = [""]  # the source line shown last: ops of one line share it
 
     def walk(parent: int, indent: str) -> None:
         for n in g.region(parent):
-            succ = [
-                (f"case {i}:" if n.id in cases else "") + names[s]
-                for i, s in enumerate(g.successors(n.id))
-            ]
-            tail = f" -> {' '.join(succ)}" if succ else ""
+            labels, why = ways.get(n.id, ((), ""))
+            succ = [(f"{labels[i]}:" if labels else "") + names[s]
+                    for i, s in enumerate(g.successors(n.id))]
+            tail = f" -> {' '.join(succ)}{why}" if succ else ""
             if n.kind == "loop":
                 trips = ",".join(map(str, n.trip_counts))
                 lines.append(f"{indent}{names[n.id]} = loop @{where(n.location)} "
@@ -79,7 +81,7 @@ def to_text(g: TraceGraph, listing: Listing | None = None) -> str:
                 outs = ",".join(str(s) for s in n.outputs) or "()"
                 fetch = " fetch" if n.fetches else ""
                 lines.append(
-                    f"{indent}{names[n.id]}:{outs} = {op_text(g, n)} {_inputs_text(n, names)}"
+                    f"{indent}{names[n.id]}:{outs} = {op_text(g, n)} {_inputs_text(g, n, names)}"
                     f"  @{where(n.location)}{fetch}{tail}"
                 )
                 text = listing.sources.get(n.location, "").strip() if listing else ""
@@ -95,10 +97,27 @@ def to_text(g: TraceGraph, listing: Listing | None = None) -> str:
     return "\n".join(lines)
 
 
+def _ways(g: TraceGraph, where: Callable[[str], str]) -> dict[int, tuple[list[str], str]]:
+    """Branch point -> the label of each successor, and what chose (a Python ``if`` with its
+    line, a region's or a line's variants); ``case k`` where no branch site says."""
+    out = {b: ([f"case {i}" for i in range(len(g.successors(b)))], "") for b in g.branch_points}
+    for site in g.branches:
+        if site.kind == "op":
+            continue
+        why = (f"  ({site.text} @{where(site.location)})" if site.text
+               else f"  ({site.kind} variants @{where(site.location)})")
+        for b, s, label in site.arms:
+            out[b][0][g.successors(b).index(s)] = label
+            out[b] = (out[b][0], why)
+    return out
+
+
 LEGEND = (
     "  feed:KIND an input Python feeds · fetch: Python reads this output ·"
     " var:NAME a variable\n  {a|b} inputs seen on different paths · prev%n the previous loop"
-    " trip's value · case k:%n the k-th branch of a branch point · # the source line"
+    " trip's value · true:%n false:%n the ways of a Python if (its line after them) ·"
+    " compiled:%n op by op:%n a region's variants · case k:%n a branch nothing explains ·"
+    " # the source line"
 )
 REGION_LEGEND = "\n  region[...] a call of a region's compiled function (terra.regions lists them)"
 
@@ -135,13 +154,16 @@ class DotItem:
     """What stands for one TraceGraph node in a drawing: the DOT node ``name`` with ``attrs``;
     with ``cluster``, a loop drawn open: subgraph ``name`` (``attrs`` its own) holding its body,
     and ``inner`` nodes ``(name, attrs)`` that stand for no TraceGraph node (an open region's
-    op types); each of ``rows`` names inner nodes kept on one rank, left to right."""
+    op types); each of ``rows`` names inner nodes kept on one rank, left to right; ``extra``
+    nodes ``(name, attrs)`` are drawn next to it, in its region (a user's case node after its
+    branch point)."""
 
     name: str
     attrs: dict[str, str]
     cluster: bool = False
     inner: tuple[tuple[str, dict[str, str]], ...] = ()
     rows: tuple[tuple[str, ...], ...] = ()
+    extra: tuple[tuple[str, dict[str, str]], ...] = ()
 
 
 def plain_item(g: TraceGraph, n: TraceNode) -> DotItem:
@@ -226,6 +248,8 @@ def _add_region(dot: graphviz.Digraph, g: TraceGraph, parent: int, style: DotSty
                             same.edge(a, b, style="invis")
         else:
             dot.node(item.name, **item.attrs)
+        for name, attrs in item.extra:
+            dot.node(name, **attrs)
 
 
 def dot_label(*lines: str) -> str:
@@ -262,7 +286,8 @@ def source_lines(g: TraceGraph, known: dict[str, str] | None = None) -> dict[str
     ``linecache``, which holds notebook cells, or under the loaded modules and the working
     directory). ``known`` lines are reused, not looked up again."""
     out = dict(known or {})
-    wanted = {n.location for n in g.nodes if n.location} - out.keys()
+    wanted = ({n.location for n in g.nodes if n.location}
+              | {b.location for b in g.branches if b.location}) - out.keys()
     if not wanted:
         return out
     paths = _paths_by_name()

@@ -100,13 +100,42 @@ class RegionCall:
                 "ops": list(self.ops), "label": self.label}
 
 
+@dataclass(frozen=True, slots=True)
+class BranchSite:
+    """What the user's program did at some branch points (``branches.py`` says how it is
+    found): ``kind`` if (a Python ``if``: one case node), loop (entered or not), region (a
+    region's variants), specs (one line's ops with other specs), library (one line ran other
+    ops: a library's own branch) or op (unexplained: its source is unknown);
+    ``location``: the statement's ``file:line`` (variants: the line's); ``text``: its first
+    line; ``arms``: ``(branch point, successor, label)`` per diverging edge."""
+
+    kind: str
+    location: str
+    text: str
+    arms: tuple[tuple[int, int, str], ...]
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        """The branch points it stands for, in order."""
+        return tuple(dict.fromkeys(b for b, _, _ in self.arms))
+
+    def to_dict(self) -> dict:
+        """Its JSON form (``TraceGraph.from_json`` reads it back)."""
+        return {"kind": self.kind, "location": self.location, "text": self.text,
+                "arms": [list(a) for a in self.arms]}
+
+
 @dataclass(frozen=True)  # no slots: the adjacency maps below are cached on the instance
 class TraceGraph:
-    """Nodes (indexed by id) and edges ``(src, dst)``. Node 0 is start, node 1 is end."""
+    """Nodes (indexed by id) and edges ``(src, dst)``. Node 0 is start, node 1 is end.
+    ``branches``: what the user's program did at the branch points; ``variables``: variable
+    key (a ``var`` source's detail) -> its Keras or TensorFlow name."""
 
     nodes: tuple[TraceNode, ...]
     edges: tuple[tuple[int, int], ...]
     region_calls: tuple[RegionCall, ...] = ()  # the region function ops among the nodes
+    branches: tuple[BranchSite, ...] = ()
+    variables: tuple[tuple[str, str], ...] = ()
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -170,8 +199,20 @@ class TraceGraph:
 
     # -- export -----------------------------------------------------------------------------
 
+    @property
+    def user_branches(self) -> tuple[BranchSite, ...]:
+        """The branch sites drawn as case nodes: the user's ``if``s (and unexplained ones)."""
+        return tuple(b for b in self.branches if b.kind in ("if", "op"))
+
+    def variable_name(self, key: str) -> str:
+        """The Keras or TensorFlow name of variable ``key``, or the key."""
+        return dict(self.variables).get(key, key)
+
     def to_json(self) -> str:
-        """Nodes, edges and branch points as JSON (the format the views read)."""
+        """Nodes, edges, branch points and sites, variable names and the labels of region
+        variants as JSON (the format the views read)."""
+        from .branches import variant_labels
+
         return json.dumps(
             {
                 "version": 1,
@@ -179,6 +220,9 @@ class TraceGraph:
                 "edges": [list(e) for e in self.edges],
                 "branch_points": list(self.branch_points),
                 "region_calls": {c.op_type: c.to_dict() for c in self.region_calls},
+                "branches": [b.to_dict() for b in self.branches],
+                "variables": dict(self.variables),
+                "variant_labels": {str(k): v for k, v in variant_labels(self).items()},
             }
         )
 
@@ -192,6 +236,11 @@ class TraceGraph:
                 RegionCall(op, d["name"], d["kind"], d["source"], d["call"], tuple(d["ops"]))
                 for op, d in data.get("region_calls", {}).items()
             ),
+            branches=tuple(
+                BranchSite(d["kind"], d["location"], d["text"], tuple(map(tuple, d["arms"])))
+                for d in data.get("branches", ())
+            ),
+            variables=tuple(sorted(data.get("variables", {}).items())),
         )
 
     def to_dot(self) -> str:
@@ -283,6 +332,12 @@ def check_graph(g: TraceGraph) -> None:
     for c in g.region_calls:
         if c.kind not in REGION_KINDS:
             raise GraphError(f"region call {c.op_type} has unknown kind {c.kind!r}")
+    edges = set(g.edges)
+    for site in g.branches:
+        for b, s, _ in site.arms:
+            if (b, s) not in edges:
+                raise GraphError(f"branch site {site.location or site.kind} names edge {b}->{s}, "
+                                 f"which does not exist")
     for n in g.nodes:
         _check_region_ends(g, n)
     for n in g.nodes_of("loop"):

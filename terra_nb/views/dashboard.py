@@ -168,7 +168,8 @@ class Dashboard(GraphState, TimelineState, anywidget.AnyWidget):
         signature = self._signature
         if g is not self._shown:  # the engine hands out the same object while nothing changed
             marks = tuple((n.trip_counts, n.fetches) for n in g.nodes)
-            signature = (len(g.nodes), len(g.edges), marks, len(g.region_calls))
+            signature = (len(g.nodes), len(g.edges), marks, len(g.region_calls), g.branches,
+                         len(g.variables))
         if signature != self._signature:
             self._signature = signature
             self.set_graph(g, current=path, new=new_since(g, self._shown), layout=layout)

@@ -55,11 +55,10 @@ def fallback_svg(
 def _items(g: TraceGraph, plan: ViewPlan, parent: int) -> list[str]:
     keys: list[str] = []
     for n in g.region(parent):
-        key = plan.key_of[n.id]
-        if n.kind == "loop" and key == f"n{n.id}":
-            key = f"cluster_{n.id}"
+        key = _item_of(g, plan, n.id)
         if key not in keys:
             keys.append(key)
+        keys += [case for case, (_, shown) in plan.cases.items() if shown[0] == n.id]
     return keys
 
 
@@ -68,15 +67,27 @@ def _item_of(g: TraceGraph, plan: ViewPlan, node_id: int) -> str:
     return f"cluster_{node_id}" if g.nodes[node_id].kind == "loop" and key[0] == "n" else key
 
 
-def _ranks(g: TraceGraph, plan: ViewPlan, parent: int, keys: list[str]) -> dict[str, int]:
-    """Longest-path rank of every item (items come in topological order)."""
-    rank = {k: 0 for k in keys}
+def _item_edges(g: TraceGraph, plan: ViewPlan, parent: int) -> list[tuple[str, str, str, str]]:
+    """``(item, item, edge tail key, edge head key)`` of the region's edges between items, a
+    user's branch drawn through its case item."""
+    through = {(b, s): case for case, (site, _) in plan.cases.items() for b, s, _ in site.arms}
+    out = []
     for n in g.region(parent):
         a = _item_of(g, plan, n.id)
         for s in g.successors(n.id):
             b = _item_of(g, plan, s)
-            if a != b:
-                rank[b] = max(rank[b], rank[a] + 1)
+            src, dst = plan.key_of[endpoint(g, n.id, 1)], plan.key_of[endpoint(g, s, 0)]
+            case = through.get((n.id, s))
+            hops = [(a, case, src, case), (case, b, case, dst)] if case else [(a, b, src, dst)]
+            out += [hop for hop in hops if hop[0] != hop[1] and hop not in out]
+    return out
+
+
+def _ranks(g: TraceGraph, plan: ViewPlan, parent: int, keys: list[str]) -> dict[str, int]:
+    """Longest-path rank of every item (items come in topological order)."""
+    rank = {k: 0 for k in keys}
+    for a, b, _, _ in _item_edges(g, plan, parent):
+        rank[b] = max(rank[b], rank[a] + 1)
     return rank
 
 
@@ -112,30 +123,28 @@ def _layout_region(g: TraceGraph, plan: ViewPlan, parent: int, marks) -> _Box:
 
 
 def _region_edges(g, plan: ViewPlan, parent: int, pos, sized) -> list[str]:
-    cases = {e.src + e.dst: e.case for e in plan.edges}
+    drawn = {(e.src, e.dst): e for e in plan.edges}
     out, seen = [], set()
-    for n in g.region(parent):
-        a = _item_of(g, plan, n.id)
-        for s in g.successors(n.id):
-            b = _item_of(g, plan, s)
-            if a == b or (a, b) in seen:
-                continue
-            seen.add((a, b))
-            (xa, ya), (xb, yb) = pos[a], pos[b]
-            x1, y1 = xa + sized[a].width / 2, ya + sized[a].height
-            x2, y2 = xb + sized[b].width / 2, yb
-            src = plan.key_of[endpoint(g, n.id, 1)]
-            dst = plan.key_of[endpoint(g, s, 0)]
-            case = cases.get(src + dst, -1)
-            cls = "terra-edge" + (f" terra-case terra-case-{case}" if case >= 0 else "")
-            out.append(
-                f'<g id="e_{src}_{dst}" class="edge {cls}"><path d="M{x1:.1f},{y1:.1f} '
-                f'L{x2:.1f},{y2:.1f}" stroke="#868e96" fill="none" '
-                'marker-end="url(#terra-arrow)"/>'
-                + (f'<text x="{(x1 + x2) / 2 + 4:.1f}" y="{(y1 + y2) / 2:.1f}" '
-                   f'font-size="9" fill="#1c7ed6">case {case}</text>' if case >= 0 else "")
-                + "</g>"
-            )
+    for a, b, src, dst in _item_edges(g, plan, parent):
+        if (a, b) in seen:
+            continue
+        seen.add((a, b))
+        (xa, ya), (xb, yb) = pos[a], pos[b]
+        x1, y1 = xa + sized[a].width / 2, ya + sized[a].height
+        x2, y2 = xb + sized[b].width / 2, yb
+        e = drawn.get((src, dst))
+        case = e.case if e is not None else -1
+        cls = "terra-edge" + (f" terra-case terra-case-{case}" if case >= 0 else "")
+        cls += " terra-variant" if e is not None and e.variant else ""
+        label = "" if e is None else e.label or (f"case {case}" if case >= 0 else "")
+        out.append(
+            f'<g id="e_{src}_{dst}" class="edge {cls}"><path d="M{x1:.1f},{y1:.1f} '
+            f'L{x2:.1f},{y2:.1f}" stroke="#868e96" fill="none" '
+            'marker-end="url(#terra-arrow)"/>'
+            + (f'<text x="{(x1 + x2) / 2 + 4:.1f}" y="{(y1 + y2) / 2:.1f}" '
+               f'font-size="9" fill="#1c7ed6">{escape(label)}</text>' if label else "")
+            + "</g>"
+        )
     return out
 
 
@@ -162,6 +171,12 @@ def _item_box(g: TraceGraph, plan: ViewPlan, key: str, marks) -> _Box:
 
 def _leaf_box(g: TraceGraph, plan: ViewPlan, key: str, marks) -> _Box:
     el = plan.elements[key]
+    if el.kind == "case":
+        site = plan.cases[key][0]
+        cls = " ".join(["node", "terra-case-node", "terra-user-case", "terra-branch",
+                        *marks.get(key, [])])
+        return _text_box(key, cls, [site.text or "if", site.location], NODE_H,
+                         ("#fff3bf", "#f08c00"))
     first = g.nodes[el.members[0]]
     if el.kind == "chain":
         lines = [f"{len(el.members)} ops: {first.op_type} … {g.nodes[el.members[-1]].op_type}"]
@@ -175,7 +190,7 @@ def _leaf_box(g: TraceGraph, plan: ViewPlan, key: str, marks) -> _Box:
         lines = [first.op_type or first.kind] if first.kind == "op" else [first.kind[0].upper()]
         cls = [f"terra-{first.kind}"] + (["terra-feed"] if first.feeds else [])
         cls += ["terra-fetch"] if first.fetches else []
-        cls += ["terra-branch"] if first.id in g.branch_points else []
+        cls += ["terra-branch"] if first.id in plan.hexagons else []
     if first.kind == "op" or el.kind != "node":
         lines.append(first.location)
     cls = " ".join(["node", *cls, *marks.get(key, [])])
@@ -201,7 +216,7 @@ def _region_box(g: TraceGraph, plan: ViewPlan, key: str, marks) -> _Box:
     """A region call: its caption and location; open, its op types listed below them."""
     n = g.nodes[plan.elements[key].members[0]]
     call, opened = g.region_call(n), n.id in plan.open_regions
-    lines = [region_title(call, n, opened), n.location]
+    lines = [region_title(call, n, opened, plan.labels.get(n.id)), n.location]
     if opened:
         lines += list(call.ops[:REGION_LINES])
         lines += [f"… {len(call.ops) - REGION_LINES} more"] if len(call.ops) > REGION_LINES else []

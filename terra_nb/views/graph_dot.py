@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..trace.dot import DotItem, DotStyle, dot_label, loop_text, to_dot
-from ..trace.tracegraph import TraceGraph, TraceNode
+from ..trace.tracegraph import BranchSite, TraceGraph, TraceNode
 from .graph_model import Element, ViewEdge, ViewPlan
 from .graph_regions import region_edges, region_item, region_ports
 
@@ -25,7 +25,10 @@ INSTALL_HINT = "install Graphviz (apt-get install graphviz / conda install graph
 
 LEGEND = (
     "▶ op: an input Python feeds · op ▶ (red): an output Python fetches",
-    "hexagon: branch point, its edges case 0, case 1 ... · dashed box: ops on one line",
+    "yellow hexagon node: a Python if at its line, its edges true / false · dashed box: ops on "
+    "one line",
+    "grey dashed edges compiled / op by op / a spec: a region's or a line's variants, not a "
+    "branch · an op as a hexagon: paths part there, no source line says why (case 0, case 1)",
     "purple box: a Python loop inside the iteration (trips: the trip counts seen)",
     "orange: the last iteration's path · yellow: nodes new since the previous picture",
 )
@@ -63,7 +66,8 @@ def _tooltip(lines: Iterable[str]) -> str:
     return dot_label("&#10;".join(x.replace("&", "&amp;") for x in lines))
 
 
-def _node_attrs(g: TraceGraph, n: TraceNode, extra: list[str]) -> dict[str, str]:
+def _node_attrs(g: TraceGraph, n: TraceNode, extra: list[str],
+                hexagons: frozenset[int]) -> dict[str, str]:
     classes = [f"terra-{n.kind}", *extra]
     if n.kind != "op":
         attrs = {"label": dot_label(n.kind[0].upper()), "width": "0.3", "fixedsize": "true",
@@ -79,11 +83,22 @@ def _node_attrs(g: TraceGraph, n: TraceNode, extra: list[str]) -> dict[str, str]
         if n.fetches:
             classes.append("terra-fetch")
             attrs.update(color="#c92a2a", style="rounded,filled,bold", fillcolor="#fff5f5")
-    if len(g.successors(n.id)) > 1:
+    if n.id in hexagons:
         classes.append("terra-branch")
         attrs.update(shape="hexagon" if n.kind == "op" else "diamond", fillcolor="#fff3bf")
     attrs.update(id=f"n{n.id}", tooltip=node_tooltip(n), **{"class": " ".join(classes)})
     return attrs
+
+
+def case_attrs(key: str, site: BranchSite, branch_points: int, extra: list[str]) -> dict:
+    """A user's case node: the statement and its line, as a yellow hexagon."""
+    arms = sorted({label for _, _, label in site.arms})
+    tip = [f"{site.text}  @{site.location}", "a Python branch: its ways " + " / ".join(arms),
+           f"{branch_points} branch point(s) of the TraceGraph (one per path reaching it)"]
+    return {"label": dot_label(site.text or "if", site.location), "id": key, "shape": "hexagon",
+            "style": "filled,bold", "fillcolor": "#fff3bf", "color": "#f08c00",
+            "tooltip": _tooltip(tip),
+            "class": " ".join(["terra-case-node", "terra-user-case", "terra-branch", *extra])}
 
 
 def _chain_attrs(g: TraceGraph, el: Element, extra: list[str]) -> dict[str, str]:
@@ -135,19 +150,23 @@ class _ViewItems:
         if el is None or el.members[0] != n.id:
             return None  # drawn by the chain it belongs to
         extra = self.marks.get(el.key, [])
+        cases = tuple((key, {**case_attrs(key, site, len(shown), self.marks.get(key, [])),
+                             **_baked(self.marks.get(key, []))})
+                      for key, (site, shown) in self.plan.cases.items() if shown[0] == n.id)
         if el.kind == "region":
-            item = region_item(g, n, el.key, n.id in self.plan.open_regions, extra)
+            item = region_item(g, n, el.key, n.id in self.plan.open_regions, extra,
+                               self.plan.labels.get(n.id))
             return DotItem(item.name, {**item.attrs, **_baked(extra)}, item.cluster, item.inner,
-                           item.rows)
+                           item.rows, cases)
         if el.kind == "node" and n.kind == "loop":
-            return DotItem(f"cluster_{n.id}", _cluster_attrs(n, extra), cluster=True)
+            return DotItem(f"cluster_{n.id}", _cluster_attrs(n, extra), cluster=True, extra=cases)
         if el.kind == "chain":
             attrs = _chain_attrs(g, el, extra)
         elif el.kind == "loop":
             attrs = _collapsed_loop_attrs(g, el, extra)
         else:
-            attrs = _node_attrs(g, n, extra)
-        return DotItem(el.key, {**attrs, **_baked(extra)})
+            attrs = _node_attrs(g, n, extra, self.plan.hexagons)
+        return DotItem(el.key, {**attrs, **_baked(extra)}, extra=cases)
 
 
 def view_dot(
@@ -182,8 +201,12 @@ def marks_for(
 ) -> dict[str, list[str]]:
     """Extra classes per element key: the current path, new nodes, and branch-case heads."""
     marks: dict[str, list[str]] = {}
+    current = set(current)
+    on_path = {key for key, (site, _) in plan.cases.items()
+               if any(b in current and s in current for b, s, _ in site.arms)}
     for cls, ids in (("terra-current", current), ("terra-new", new)):
-        for key in {plan.key_of[i] for i in ids if i in plan.key_of}:
+        keys = {plan.key_of[i] for i in ids if i in plan.key_of}
+        for key in keys | (on_path if cls == "terra-current" else set()):
             marks.setdefault(key, []).append(cls)
     for e in plan.edges:
         if e.case >= 0 and "terra-case" not in marks.get(e.dst, []):
@@ -199,7 +222,11 @@ def _edge(e: ViewEdge, marks: dict[str, list[str]],
     if e.case >= 0:
         color = CASE_COLORS[e.case % len(CASE_COLORS)]
         classes += ["terra-case", f"terra-case-{e.case}"]
-        attrs.update(label=f"case {e.case}", color=color, fontcolor=color, penwidth="1.6")
+        attrs.update(label=e.label or f"case {e.case}", color=color, fontcolor=color,
+                     penwidth="1.6")
+    elif e.variant:
+        classes.append("terra-variant")
+        attrs.update(label=e.label, style="dashed", fontcolor="#868e96")
     on_path = "terra-current" in marks.get(e.src, []) and "terra-current" in marks.get(e.dst, [])
     if on_path:
         classes.append("terra-current")

@@ -8,16 +8,24 @@ A *region* node (one call of a region's compiled function, named by the graph's
 ``region_calls``) is its own element, collapsed by default; open, it shows the op types the
 region runs (``region_ops``). ``toggled`` holds element keys (``c<id>``, ``l<id>``, ``r<id>``)
 whose default state the user flipped.
+
+Branch points are drawn as the graph's ``branches`` say (``trace/branches.py``): a user's ``if``
+is one *case* element ``u<k>`` (the k-th site) at the ``if``'s line, between the branch points
+it caused and their successors, its edges labelled ``true``/``false``; a region's variants and
+one line's spec variants are plain edges labelled by what they lead to (``compiled``, ``op by
+op``, a spec), never a case. A branch point no site explains is drawn as before: a hexagon with
+edges ``case 0``, ``case 1``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..trace.branches import variant_labels
 from ..trace.dot import endpoint
-from ..trace.tracegraph import TraceGraph, TraceNode
+from ..trace.tracegraph import BranchSite, TraceGraph, TraceNode
 
 LOOP_AUTO = 30
 
@@ -29,7 +37,7 @@ class Element:
     region call node (``cluster_r<id>`` when open)."""
 
     key: str
-    kind: str  # node | chain | loop | region
+    kind: str  # node | chain | loop | region | case (``u<k>``: stands for no node)
     members: tuple[int, ...]
 
 
@@ -37,13 +45,17 @@ class Element:
 class ViewEdge:
     src: str
     dst: str
-    case: int = -1  # >= 0: the case-th successor of a branch point
+    case: int = -1  # >= 0: the case-th way of a branch (a user case's arm, a branch point's)
+    label: str = ""  # a case arm's (true, false) or a variant's (compiled, f32[8,4]); "": case k
+    variant: bool = False  # one of a statement's variants (a region's, other specs)
 
 
 @dataclass(frozen=True, slots=True)
 class ViewPlan:
     """Elements by key, the element key of every node, edges, and the groups (chains and loops,
-    collapsed or open) the user can toggle."""
+    collapsed or open) the user can toggle; ``cases``: case key -> (its site, the visible
+    branch points it follows); ``hexagons``: branch points no site explains; ``labels``: the
+    labels of region versions that share a call's label."""
 
     elements: dict[str, Element]
     key_of: dict[int, str]
@@ -51,6 +63,9 @@ class ViewPlan:
     groups: dict[str, dict]
     collapsed_loops: frozenset[int]
     open_regions: frozenset[int] = frozenset()
+    cases: dict[str, tuple[BranchSite, tuple[int, ...]]] = field(default_factory=dict)
+    hexagons: frozenset[int] = frozenset()
+    labels: dict[int, str] = field(default_factory=dict)  # region node -> its variant's label
 
 
 def as_graph(graph: TraceGraph | str | dict) -> TraceGraph:
@@ -112,8 +127,28 @@ def plan_view(
         if n.id not in key_of:
             key_of[n.id] = f"n{n.id}"
             elements[f"n{n.id}"] = Element(f"n{n.id}", "node", (n.id,))
-    edges = _edges(g, key_of)
-    return ViewPlan(elements, key_of, edges, groups, collapsed, open_regions)
+    cases = _cases(g, key_of)
+    elements.update({key: Element(key, "case", ()) for key in cases})
+    edges = _edges(g, key_of, cases)
+    return ViewPlan(elements, key_of, edges, groups, collapsed, open_regions, cases,
+                    hexagons(g), variant_labels(g))
+
+
+def hexagons(g: TraceGraph) -> frozenset[int]:
+    """Branch points no branch site explains (all of them in a graph without sites)."""
+    explained = {b for site in g.branches if site.kind != "op" for b in site.nodes}
+    return frozenset(b for b in g.branch_points if b not in explained)
+
+
+def _cases(g: TraceGraph, key_of: dict[int, str]) -> dict[str, tuple[BranchSite, tuple]]:
+    """Case key ``u<k>`` -> (the k-th site, a user ``if``; its branch points not inside a
+    collapsed loop), for the sites with any such branch point."""
+    out = {}
+    for k, site in enumerate(g.branches):
+        shown = tuple(b for b in site.nodes if key_of[b][0] != "l")
+        if site.kind == "if" and shown:
+            out[f"u{k}"] = (site, shown)
+    return out
 
 
 def _regions(g: TraceGraph, toggled: set[str], key_of: dict[int, str],
@@ -192,16 +227,33 @@ def linear_chains(g: TraceGraph, min_chain: int) -> list[tuple[int, ...]]:
     return chains
 
 
-def _edges(g: TraceGraph, key_of: dict[int, str]) -> tuple[ViewEdge, ...]:
-    cases = {
-        (b, s): i for b in g.branch_points for i, s in enumerate(g.successors(b))
-    }
+def _edges(g: TraceGraph, key_of: dict[int, str],
+           cases: dict[str, tuple[BranchSite, tuple]]) -> tuple[ViewEdge, ...]:
+    """The drawn edges: through a case element for a user's branch, labelled for variants,
+    ``case k`` at a branch point no site explains."""
+    ways = {}  # (branch point, successor) -> (case key or "", arm number, label)
+    for k, site in enumerate(g.branches):
+        key = f"u{k}" if f"u{k}" in cases else ""
+        labels = list(dict.fromkeys(label for _, _, label in site.arms))
+        for b, s, label in site.arms:
+            if site.kind != "op":
+                ways[(b, s)] = (key, labels.index(label), label)
+    unexplained = hexagons(g)
     seen: dict[tuple[str, str], ViewEdge] = {}
     for a, b in g.edges:
         src, dst = key_of[endpoint(g, a, 1)], key_of[endpoint(g, b, 0)]
-        if src == dst or (src, dst) in seen:
-            continue
-        seen[(src, dst)] = ViewEdge(src, dst, cases.get((a, b), -1))
+        way = ways.get((a, b))
+        if way is not None and way[0]:
+            ends = [ViewEdge(src, way[0]), ViewEdge(way[0], dst, way[1], way[2])]
+        elif way is not None:
+            ends = [ViewEdge(src, dst, label=way[2], variant=True)]
+        elif a in unexplained:
+            ends = [ViewEdge(src, dst, g.successors(a).index(b))]  # drawn ``case k``
+        else:
+            ends = [ViewEdge(src, dst)]
+        for e in ends:
+            if e.src != e.dst and (e.src, e.dst) not in seen:
+                seen[(e.src, e.dst)] = e
     return tuple(seen.values())
 
 

@@ -60,7 +60,8 @@ def named_cells(g: TraceGraph, cells: dict[str, str]) -> TraceGraph:
     if not cells:
         return g
     nodes = tuple(replace(n, location=listing.where(n.location)) for n in g.nodes)
-    return replace(g, nodes=nodes)
+    branches = tuple(replace(b, location=listing.where(b.location)) for b in g.branches)
+    return replace(g, nodes=nodes, branches=branches)
 
 
 def graph_payload(g: TraceGraph, picture: GraphPicture, sources: dict[str, str]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..trace.dot import DotItem, dot_label
 from ..trace.tracegraph import RegionCall, TraceGraph, TraceNode
-from .graph_model import ViewPlan, region_ops
+from .graph_model import ViewPlan, hexagons, region_ops
 
 COLUMN = 16  # op types per column of an open region
 COLORS = {  # kind -> (fill, border)
@@ -22,38 +22,43 @@ KIND_TEXT = {"forward": "forward function", "backward": "backward function (on t
              "guard": "branch guard"}
 
 
-def region_title(call: RegionCall, n: TraceNode, opened: bool) -> str:
-    """The region's caption: ``[+]`` (collapsed) or ``[−]`` (open), feed and fetch marks."""
-    return (("[−] " if opened else "[+] ") + ("▶ " if n.feeds else "") + call.label
+def region_title(call: RegionCall, n: TraceNode, opened: bool, label: str | None = None) -> str:
+    """The region's caption: ``[+]`` (collapsed) or ``[−]`` (open), feed and fetch marks;
+    ``label``: its variant's label, when versions of the call share ``call.label``."""
+    return (("[−] " if opened else "[+] ") + ("▶ " if n.feeds else "") + (label or call.label)
             + (" ▶" if n.fetches else ""))
 
 
-def region_tooltip(call: RegionCall) -> str:
+def region_tooltip(call: RegionCall, label: str | None = None) -> str:
     """Its name, kind, source line and the first op types, for a hover title."""
-    lines = [call.label, f"{call.name}: {KIND_TEXT.get(call.kind, call.kind)}", call.source]
+    lines = [label or call.label, f"{call.name}: {KIND_TEXT.get(call.kind, call.kind)}",
+             call.source]
     lines += [f"{k}: {op}" for k, op in enumerate(call.ops[:30])]
     lines += [f"… {len(call.ops) - 30} more"] if len(call.ops) > 30 else []
     return dot_label("&#10;".join(x.replace("&", "&amp;") for x in lines))
 
 
-def region_item(g: TraceGraph, n: TraceNode, key: str, opened: bool, marks: list[str]) -> DotItem:
-    """The drawn item of region call node ``n`` (element ``key``): a box, or an open cluster."""
+def region_item(g: TraceGraph, n: TraceNode, key: str, opened: bool, marks: list[str],
+                variant: str | None = None) -> DotItem:
+    """The drawn item of region call node ``n`` (element ``key``): a box, or an open cluster;
+    ``variant``: its label among the call's versions."""
     call = g.region_call(n)
     fill, border = COLORS.get(call.kind, COLORS["guard"])
     classes = ["terra-op", "terra-region", f"terra-region-{call.kind}", *marks]
     classes += (["terra-feed"] if n.feeds else []) + (["terra-fetch"] if n.fetches else [])
-    if len(g.successors(n.id)) > 1:
+    if n.id in hexagons(g):
         classes.append("terra-branch")
-    label = dot_label(region_title(call, n, opened), n.location)
+    label = dot_label(region_title(call, n, opened, variant), n.location)
+    tooltip = region_tooltip(call, variant)
     if not opened:
         return DotItem(key, {
             "label": label, "id": key, "shape": "box", "style": "rounded,filled,bold",
             "fillcolor": fill, "color": border, "penwidth": "1.6", "margin": "0.12,0.06",
-            "tooltip": region_tooltip(call), "class": " ".join([*classes, "terra-collapsed"]),
+            "tooltip": tooltip, "class": " ".join([*classes, "terra-collapsed"]),
         })
     attrs = {"id": f"cluster_{key}", "label": label, "style": "rounded,filled", "fillcolor": fill,
              "color": border, "penwidth": "1.6", "labeljust": "l", "labelloc": "t",
-             "tooltip": region_tooltip(call), "class": " ".join(classes)}
+             "tooltip": tooltip, "class": " ".join(classes)}
     inner = tuple((f"{key}_{k}", {
         "label": dot_label(op), "id": f"{key}_{k}", "shape": "box", "style": "rounded,filled",
         "fillcolor": "#ffffff", "color": border, "fontsize": "9", "height": "0.22",

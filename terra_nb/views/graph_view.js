@@ -6,9 +6,11 @@
  * @typedef {Object} GraphTraits
  * @property {string} svg             the laid-out SVG (Graphviz, or the built-in layout)
  * @property {string} graph_json      TraceGraph JSON (its `region_calls`: function op type ->
- *                                    name, kind, label, source, ops) plus `elements` (SVG id ->
- *                                    node ids), `groups` (collapsible chains, loops, regions),
- *                                    `source_lines`
+ *                                    name, kind, label, source, ops; `branches`: the user's
+ *                                    statements at branch points, `u<k>` draws the k-th;
+ *                                    `variables`: variable key -> name; `variant_labels`) plus
+ *                                    `elements` (SVG id -> node ids), `groups` (collapsible
+ *                                    chains, loops, regions), `source_lines`
  * @property {number[]} current       node ids on the current iteration's path
  * @property {number[]} new_nodes     node ids added since the previous layout
  * @property {string[]} toggled       group keys whose collapsed state the user flipped
@@ -32,10 +34,11 @@ function specText(spec) {
   return `${dtype}[${shape === null ? "?" : shape.map((d) => (d === null ? "?" : d)).join(",")}]`;
 }
 
-function sourceText(s) {
+function sourceText(data, s) {
   const [kind, index, output, detail] = s;
   if (kind === "node") return `#${index}` + (output ? `.${output}` : "");
   if (kind === "carry") return `prev #${index}` + (output ? `.${output}` : "");
+  if (kind === "var") return `var ${data.variables[detail] || detail}`;
   return `${kind}${detail ? " " + detail : ""}`;
 }
 
@@ -54,6 +57,9 @@ function parseData(text) {
   data.groups = data.groups || {};
   data.source_lines = data.source_lines || {};
   data.region_calls = data.region_calls || {};
+  data.branches = data.branches || [];
+  data.variables = data.variables || {};
+  data.variant_labels = data.variant_labels || {};
   data.keyOf = new Map();
   for (const [key, members] of Object.entries(data.elements)) {
     for (const id of members) data.keyOf.set(id, key);
@@ -69,10 +75,10 @@ function nodeDetails(data, n) {
   if (n.kind !== "op") return `<h4>${esc(n.kind)} #${n.id}</h4>`;
   const badges = (n.feeds.length ? '<span class="terra-badge terra-feed">feed</span>' : "") +
     (n.fetches.length ? '<span class="terra-badge terra-fetch">fetch</span>' : "") +
-    ((data.branch_points || []).includes(n.id) ? '<span class="terra-badge">branch</span>' : "");
+    ((data.branch_points || []).includes(n.id) ? '<span class="terra-badge" title="paths part after this op: see the case or variant edges">paths part</span>' : "");
   const line = data.source_lines[n.location];
   const inputs = n.input_specs.map((s, i) => [
-    `in ${i}`, esc(specText(s)), esc((n.sources[i] || []).map(sourceText).join(" | ")),
+    `in ${i}`, esc(specText(s)), esc((n.sources[i] || []).map((s) => sourceText(data, s)).join(" | ")),
   ]);
   const outputs = n.outputs.map((s, i) => [`out ${i}`, esc(specText(s)), n.fetches.includes(i) ? "fetched" : ""]);
   const attrs = n.attrs.map(([k, v]) => [esc(k), `<code>${esc(JSON.stringify(v))}</code>`]);
@@ -88,7 +94,7 @@ const REGION_KINDS = { forward: "forward function", backward: "backward function
 function regionDetails(data, n) {
   const call = data.region_calls[n.op_type];
   const line = data.source_lines[n.location];
-  return `<h4>${esc(call.label)}</h4>` +
+  return `<h4>${esc(data.variant_labels[n.id] || call.label)}</h4>` +
     `<div class="terra-muted">${esc(call.name)} · ${esc(REGION_KINDS[call.kind] || call.kind)} · node #${n.id} · ` +
     `<code>${esc(where(data, n.location))}</code></div>` +
     (line ? `<div class="terra-source">${esc(line.trim())}</div>` : "") +
@@ -110,7 +116,21 @@ function groupOf(data, key, nodeId) {
   return "";
 }
 
+function caseDetails(data, site) {
+  // a user's branch: the statement, and which TraceGraph branch points it stands for
+  const line = data.source_lines[site.location];
+  const ways = site.arms.map(([b, s, label]) => [esc(label), `#${b} → #${s}`, esc(data.nodes[s].op_type || data.nodes[s].kind)]);
+  return `<h4>${esc(site.text || "if")}</h4>` +
+    `<div class="terra-muted">a Python branch · <code>${esc(where(data, site.location))}</code></div>` +
+    (line ? `<div class="terra-source">${esc(line.trim())}</div>` : "") +
+    `<div class="terra-muted">${new Set(site.arms.map((a) => a[0])).size} branch point(s): one per path that reaches it</div>` +
+    rows(ways);
+}
+
 function describe(data, key) {
+  if (/^u\d+$/.test(key) && data.branches[Number(key.slice(1))]) {
+    return { html: caseDetails(data, data.branches[Number(key.slice(1))]), group: "" };
+  }
   key = regionKey(key) || key;
   if (key.startsWith("cluster_")) key = "n" + key.slice(8);
   const members = data.elements[key] || [];
@@ -160,7 +180,8 @@ export function mountGraph(model, el) {
   details.innerHTML = '<span class="terra-muted">Hover or click a node for its details.</span>';
   body.append(pane, details);
   const legend = h("div", "terra-legend");
-  legend.innerHTML = "▶ op: feed input · op ▶: fetched · hexagon: branch point (edges <i>case k</i>) · " +
+  legend.innerHTML = "▶ op: feed input · op ▶: fetched · yellow hexagon: a Python <i>if</i> at its line (edges <i>true</i>/<i>false</i>) · " +
+    "grey dashed edges: a region's or a line's variants (<i>compiled</i>, <i>op by op</i>, a spec) · " +
     "dashed: ops on one line (double-click to expand) · purple: loop · " +
     "green/blue [+]: a region's compiled call (double-click for its ops) · " +
     '<i style="color:#e8590c">orange</i>: current iteration · <i style="background:#ffec99">yellow</i>: new';
@@ -283,7 +304,11 @@ export function mountGraph(model, el) {
       for (const node of svg.querySelectorAll("." + cls)) node.classList.remove(cls);
     }
     const cur = new Set();
-    for (const id of model.get("current")) cur.add(data.keyOf.get(id));
+    const ids = new Set(model.get("current"));
+    for (const id of ids) cur.add(data.keyOf.get(id));
+    data.branches.forEach((site, k) => {  // a case node is on the path its arm took
+      if (site.arms.some(([b, s]) => ids.has(b) && ids.has(s))) cur.add(`u${k}`);
+    });
     for (const key of cur) elementFor(key)?.classList.add("terra-current");
     for (const id of model.get("new_nodes")) elementFor(data.keyOf.get(id))?.classList.add("terra-new");
     for (const edge of svg.querySelectorAll("g.edge")) {
@@ -301,11 +326,14 @@ export function mountGraph(model, el) {
     for (const n of data.nodes) {
       const line = data.source_lines[n.location] || "";
       const call = data.region_calls[n.op_type];
-      const named = call ? `${call.label} ${call.name}`.toLowerCase() : "";
+      const named = call ? `${data.variant_labels[n.id] || call.label} ${call.name}`.toLowerCase() : "";
       if ((n.op_type || "").toLowerCase().includes(q) || line.toLowerCase().includes(q) || named.includes(q)) {
         keys.add(data.keyOf.get(n.id));
       }
     }
+    data.branches.forEach((site, k) => {
+      if (`${site.text} ${site.location}`.toLowerCase().includes(q)) keys.add(`u${k}`);
+    });
     return [...keys].map(elementFor).filter(Boolean);
   }
   function find() {
@@ -345,7 +373,8 @@ export function mountGraph(model, el) {
     data = parseData(model.get("graph_json"));
     const loops = data.nodes.filter((n) => n.kind === "loop").length;
     info.textContent = `${data.nodes.length} nodes · ${Object.keys(data.elements).length} drawn · ` +
-      `${loops} loops · ${(data.branch_points || []).length} branch points`;
+      `${loops} loops · ${data.branches.filter((b) => b.kind === "if").length} Python branches · ` +
+      `${(data.branch_points || []).length} branch points`;
     mark();
     find();  // the picture may have been drawn before this data came: match the search again
     if (model.get("selected")) showDetails(model.get("selected"));

@@ -85,11 +85,12 @@ def _stop(proc: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="session")
 def lab_root(tmp_path_factory) -> Path:
-    """The folder JupyterLab serves: copies of this folder's notebooks and the teaching
-    notebook (the server writes to its copies only)."""
+    """The folder JupyterLab serves: copies of this folder's notebooks, the teaching notebook
+    and the quickstart (the server writes to its copies only)."""
     _require()
     root = tmp_path_factory.mktemp("lab")
-    for nb in [*Path(__file__).parent.glob("*.ipynb"), ROOT / "notebooks" / "live_views.ipynb"]:
+    for nb in [*Path(__file__).parent.glob("*.ipynb"), ROOT / "notebooks" / "live_views.ipynb",
+               ROOT / "notebooks" / "quickstart.ipynb"]:
         shutil.copy(nb, root / nb.name)
     return root
 

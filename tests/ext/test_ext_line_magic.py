@@ -111,7 +111,8 @@ def test_graph_prints_the_tracegraph_listing(ran, capsys):
     terra = ran.magics_manager.registry["TerraMagics"].runner.last
     out = capsys.readouterr().out
     assert out.startswith(repr(terra.graph).splitlines()[0])  # TraceGraph(... branch points)
-    assert re.search(r"-> case 0:%\d+ case 1:%\d+", out)  # the `if i % 2` branch
+    assert re.search(r"-> (true|false):%\d+ (true|false):%\d+  \(if i % 2: @In \[\d+\]:\d+\)",
+                     out)  # the `if i % 2` branch, named with its line
     assert re.search(r"AssignAddVariableOp .*@In \[\d+\]:\d+", out)  # the cell, named
     assert "# v.assign_add(1.0)" in out and "fetch: Python reads this output" in out
 
@@ -144,7 +145,7 @@ def test_terminal_shows_text_even_with_views(ip, terminal, capsys):
     assert ip.run_cell("%%terra --quiet --mode trace\n" + LOOP).success
     capsys.readouterr()
     ip.run_line_magic("terra", "graph")
-    assert "case 1:" in capsys.readouterr().out
+    assert "false:" in capsys.readouterr().out
     ip.run_line_magic("terra", "timeline")
     assert capsys.readouterr().out.splitlines()[0].split()[:2] == ["iter", "phase"]
 
@@ -155,7 +156,7 @@ def test_viz_in_a_terminal_says_it_shows_the_text_views_and_does(ip, terminal, c
     out = capsys.readouterr().out
     assert out.startswith("terra: --viz in a terminal shows the text views")
     summary = out.index("terra[trace]:")
-    assert "case 1:" in out[summary:]  # the TraceGraph listing
+    assert "false:" in out[summary:]  # the TraceGraph listing: the `if i % 2` ways
     assert any(line.split()[:2] == ["iter", "phase"] for line in out[summary:].splitlines())
 
 

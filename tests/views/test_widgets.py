@@ -47,7 +47,7 @@ def test_graph_view_mimebundle_has_static_pictures(graph):
     assert WIDGET_MIME in data and "text/html" not in data
     assert data["image/svg+xml"].startswith("<svg") and "terra&#45;current" in data["image/svg+xml"]
     assert data["image/png"].startswith(PNG_MAGIC)
-    assert "hexagon: branch point" in data["image/svg+xml"]  # the legend is in the picture
+    assert "yellow hexagon node: a Python if" in data["image/svg+xml"]  # the legend is there
 
 
 def test_timeline_view_traits_and_chrome_trace_message():
