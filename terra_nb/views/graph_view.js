@@ -372,9 +372,11 @@ export function mountGraph(model, el) {
   function redrawData() {
     data = parseData(model.get("graph_json"));
     const loops = data.nodes.filter((n) => n.kind === "loop").length;
+    const ifs = data.branches.filter((b) => b.kind === "if").length;
+    // the engine's op-level partings (region variants included) are not the user's branches
     info.textContent = `${data.nodes.length} nodes · ${Object.keys(data.elements).length} drawn · ` +
-      `${loops} loops · ${data.branches.filter((b) => b.kind === "if").length} Python branches · ` +
-      `${(data.branch_points || []).length} branch points`;
+      `${loops} loops · ${ifs} Python ${ifs === 1 ? "if" : "ifs"} · ` +
+      `${(data.branch_points || []).length} op-level partings`;
     mark();
     find();  // the picture may have been drawn before this data came: match the search again
     if (model.get("selected")) showDetails(model.get("selected"));
