@@ -10,7 +10,9 @@ per new handle, off the per-op path, when a traced iteration ends.
 
 from __future__ import annotations
 
+import inspect
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from types import FrameType
 from typing import Any
@@ -54,7 +56,14 @@ def variable_name(variable: Any, held_as: str = "") -> str:
 def _namespace(frame: FrameType) -> Iterator[tuple[str, Any]]:
     """The loop frame's locals, then its globals (a notebook cell's are the same dict)."""
     local = frame.f_locals
-    yield from list(local.items())
+    items = list(local.items())
+    # A function frame's ``f_locals`` is a snapshot the frame keeps: it would hold every object
+    # it saw (a model the loop drops, a loss object made anew each step) until the next
+    # snapshot. Emptied unless someone else holds it (the frame, ``local`` and getrefcount's
+    # argument are three); ``f_locals`` and Python's tracers fill it again from the frame.
+    if frame.f_code.co_flags & inspect.CO_OPTIMIZED and sys.getrefcount(local) <= 3:
+        local.clear()
+    yield from items
     if frame.f_globals is not local:
         yield from list(frame.f_globals.items())
 
