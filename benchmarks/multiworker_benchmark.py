@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
+
+from worker_cluster import free_ports, run_workers
 
 WORKER = r"""
 import json, os, sys, time
@@ -67,35 +67,16 @@ print(json.dumps({"rate": (len(timed) - 1) / (timed[-1] - timed[0]),
 """
 
 
-def free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def cluster(mode: str, warmup: int, steps: int, timeout: float = 600) -> list[dict]:
     """Two workers in ``mode``; their results (each stopped at ``timeout``)."""
     ports = ",".join(map(str, free_ports(2)))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(i), ports, mode, str(warmup),
-                                 str(steps)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env) for i in range(2)]
-    try:
-        outs = [w.communicate(timeout=timeout) for w in workers]
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-                w.wait()
-    for w, (_, err) in zip(workers, outs):
-        if w.returncode != 0:
-            raise RuntimeError(err[-3000:])
-    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    done = run_workers(lambda i: [sys.executable, "-c", WORKER, str(i), ports, mode,
+                                  str(warmup), str(steps)], count=2, env=env, timeout=timeout)
+    for worker in done:
+        if worker.returncode != 0:
+            raise RuntimeError(worker.stderr[-3000:])
+    return [json.loads(worker.stdout.strip().splitlines()[-1]) for worker in done]
 
 
 def main() -> None:

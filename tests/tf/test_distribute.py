@@ -25,6 +25,10 @@ import numpy as np
 import pytest
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))
+
+from worker_cluster import free_ports, run_workers  # noqa: E402
+
 SCRIPT = HERE / "distribute_programs.py"
 TIMEOUT = 300  # seconds for a process; the script's own deadline is shorter
 
@@ -119,34 +123,15 @@ def test_a_terra_inside_strategy_run_is_a_usage_error():
         "around the loop that calls strategy.run"), result
 
 
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def _two_workers(mode: str) -> list[dict]:
     """Two worker processes on loopback ports, started together, each stopped by the test's
     timeout (and by its own deadline) if the cluster never forms."""
-    ports = ",".join(map(str, _free_ports(2)))
-    workers = [subprocess.Popen([sys.executable, str(SCRIPT), "worker", str(i), ports, mode],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=_env(), cwd=HERE) for i in range(2)]
-    try:
-        outs = [w.communicate(timeout=TIMEOUT) for w in workers]
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-                w.wait()
-    for w, (_, err) in zip(workers, outs):
-        assert w.returncode == 0, err[-4000:]
-    return [_result(out) for out, _ in outs]
+    ports = ",".join(map(str, free_ports(2)))
+    done = run_workers(lambda i: [sys.executable, str(SCRIPT), "worker", str(i), ports, mode],
+                       count=2, env=_env(), timeout=TIMEOUT, cwd=HERE)
+    for worker in done:
+        assert worker.returncode == 0, worker.stderr[-4000:]
+    return [_result(worker.stdout) for worker in done]
 
 
 @pytest.mark.skipif(not hasattr(socket, "AF_INET"), reason="needs loopback TCP")

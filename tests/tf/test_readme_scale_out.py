@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from worker_cluster import free_ports, run_workers  # noqa: E402
+
 MARK = "<!-- scale-out example"
 TIMEOUT = 300
 
@@ -23,38 +25,20 @@ def _example() -> str:
     return text[start:text.index("```", start)]
 
 
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def test_the_readme_two_worker_example_runs_as_written(tmp_path):
     source = _example()
     assert "127.0.0.1:12345" in source and "127.0.0.1:12346" in source
-    a, b = _free_ports(2)
+    a, b = free_ports(2)
     script = tmp_path / "train.py"
     script.write_text(source.replace("12345", str(a)).replace("12346", str(b)))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    workers = [subprocess.Popen([sys.executable, str(script), str(i)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-               for i in range(2)]
-    try:
-        outs = [w.communicate(timeout=TIMEOUT) for w in workers]
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-                w.wait()
-    for w, (_, err) in zip(workers, outs):
-        assert w.returncode == 0, err[-3000:]
-    losses = [re.findall(r"epoch (\d): loss ([\d.]+)", out) for out, _ in outs]
+    done = run_workers(lambda i: [sys.executable, str(script), str(i)], count=2, env=env,
+                       timeout=TIMEOUT, cwd=tmp_path)
+    for worker in done:
+        assert worker.returncode == 0, worker.stderr[-3000:]
+    outs = [worker.stdout for worker in done]
+    losses = [re.findall(r"epoch (\d): loss ([\d.]+)", out) for out in outs]
     assert len(losses[0]) == 5 and losses[0] == losses[1], outs
-    for i, (out, _) in enumerate(outs):
+    for i, out in enumerate(outs):
         assert f"worker {i}: ['tracing', 'tracing', 'coexec', 'coexec', 'coexec']" in out, out
