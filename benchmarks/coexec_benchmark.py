@@ -177,17 +177,22 @@ def make_attention():
     return build
 
 
+def cell_and_head(make_cell):
+    """A recurrent cell of 64 units over 32 features and a one-unit head on its state, built
+    from seed 0, and their trainable variables: the GRU's and the SimpleRNN's loops."""
+    keras.utils.set_random_seed(0)
+    cell, head = make_cell(64), keras.layers.Dense(1)
+    cell.build((None, 32))
+    head.build((None, 64))
+    return cell, head, cell.trainable_variables + head.trainable_variables
+
+
 def make_gru():
     """A GRU cell stepped over 20 time steps in Python (batch 16, 32 features, 64 units, Adam),
     a regression head on the last state."""
 
     def build():
-        keras.utils.set_random_seed(0)
-        cell = keras.layers.GRUCell(64)
-        head = keras.layers.Dense(1)
-        cell.build((None, 32))
-        head.build((None, 64))
-        variables = cell.trainable_variables + head.trainable_variables
+        cell, head, variables = cell_and_head(keras.layers.GRUCell)
         opt = keras.optimizers.Adam(1e-3)
         rng = np.random.default_rng(0)
         data = [(rng.normal(size=(16, 20, 32)).astype("float32"),
@@ -214,12 +219,7 @@ def make_rnn(lengths):
     """A SimpleRNN step over sequences of these lengths (a Python loop over the time steps)."""
 
     def build():
-        keras.utils.set_random_seed(0)
-        cell = keras.layers.SimpleRNNCell(64)
-        head = keras.layers.Dense(1)
-        cell.build((None, 32))
-        head.build((None, 64))
-        variables = cell.trainable_variables + head.trainable_variables
+        cell, head, variables = cell_and_head(keras.layers.SimpleRNNCell)
         opt = keras.optimizers.SGD(0.01)
         rng = np.random.default_rng(0)
         data = [rng.normal(size=(16, n, 32)).astype("float32") for n in lengths]

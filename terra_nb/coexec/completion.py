@@ -197,16 +197,12 @@ class Completions:
         start = max(self._last_end, item.issued)
         end = max(end, start)
         spans, idle = self.runner.spans, self._last_end
+        begin = max(idle, item.compiling) if item.compiling else start  # a compile comes first
+        if begin > idle > 0.0:
+            spans.append(RunnerSpan("graph", "stall", item.iteration, item.phase, idle, begin))
         if item.compiling:  # its compile held up the run's issue
-            compile_start = max(idle, item.compiling)
-            if compile_start > idle > 0.0:
-                spans.append(RunnerSpan("graph", "stall", item.iteration, item.phase, idle,
-                                        compile_start))
-            spans.append(RunnerSpan("graph", "compile", item.iteration, item.phase,
-                                    compile_start, start, item.label, item.ops, True))
-            idle = start
-        if start > idle > 0.0:
-            spans.append(RunnerSpan("graph", "stall", item.iteration, item.phase, idle, start))
+            spans.append(RunnerSpan("graph", "compile", item.iteration, item.phase, begin, start,
+                                    item.label, item.ops, True))
         spans.append(RunnerSpan("graph", "exec", item.iteration, item.phase, start, end,
                                 item.label, item.ops, item.compiled))
         self._last_end = end
