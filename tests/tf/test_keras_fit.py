@@ -24,9 +24,9 @@ from what_ran import assert_coexecuted
 COEXEC: dict = {}  # Terra's defaults: coexec, regions on
 
 
-def _fit_mlp():
+def _fit_mlp(steps_per_execution: int = 1):
     x, y = data()
-    model = mlp()
+    model = mlp(steps_per_execution=steps_per_execution)
     history = model.fit(x, y, batch_size=8, epochs=4, verbose=0)
     return history.history, model
 
@@ -138,10 +138,7 @@ def test_the_models_get_their_own_step_functions_back():
 
 
 def _fit_steps_per_execution():
-    x, y = data()
-    model = mlp(steps_per_execution=3)
-    history = model.fit(x, y, batch_size=8, epochs=4, verbose=0)
-    return history.history, model
+    return _fit_mlp(steps_per_execution=3)
 
 
 def test_steps_per_execution_runs_each_execution_as_one_iteration():
