@@ -137,7 +137,8 @@ class CoexecEngine:
     eager_span = 50
 
     def __init__(self, learned: Learned, *, lazy: bool, xla: bool, max_fallbacks: int,
-                 compile_after: int = 2, program: str = "segments") -> None:
+                 compile_after: int = 2, program: str = "segments",
+                 split_cores: bool = True) -> None:
         self.learned = learned
         self.whole = program == "whole"
         self.program: Program | None = None  # the whole program of the current TraceGraph
@@ -158,7 +159,7 @@ class CoexecEngine:
         self._hold = contextlib.ExitStack()
         self.runner = PythonRunner(learned.locations, learned.index, lazy=lazy, xla=xla,
                                    compile_after=compile_after, handles=learned.handles,
-                                   names=learned.variable_names)
+                                   names=learned.variable_names, split_cores=split_cores)
         try:  # the GraphRunner's helper thread starts in it: a Ctrl-C (or error) must stop it
             self._take_over()
         except BaseException:

@@ -94,6 +94,7 @@ class Terra(RunnerResults):
         learned: Learned | None = None,
         keep_spans: int = 200,
         regions: bool | str | None = None,
+        split_cores: bool = True,
     ) -> None:
         """``max_fallbacks``: fallbacks within 20 iterations after which co-execution gives up
         and stays in tracing; ``strict``: a fallback after warm-up raises; ``xla``: compile the
@@ -109,7 +110,9 @@ class Terra(RunnerResults):
         regions (DESIGN section 5b; ``terra.regions`` lists them); the default, None, is on in
         the coexec and lazy modes, except with ``program="whole"``, which cannot run them yet;
         regions include ``GradientTape.gradient`` as one function once that pays
-        (``regions/tapes.py``), except with ``"calls"``: the Keras calls only."""
+        (``regions/tapes.py``), except with ``"calls"``: the Keras calls only; ``split_cores``:
+        in coexec mode, keep TensorFlow's executor thread off the core the loop's thread runs on
+        (Linux; ``coexec/cores.py``), so the graph runs while Python goes on."""
         check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned, regions)
         if xla:
             warn_xla_once()
@@ -118,6 +121,7 @@ class Terra(RunnerResults):
         self._interception: Interception | None = None
         self.mode, self.max_fallbacks, self.strict = mode, max_fallbacks, strict
         self.xla, self.compile_after, self.program_kind = xla, compile_after, program
+        self.split_cores = bool(split_cores)
         self.learned = learned if learned is not None else Learned()
         self._state, self._engine = "new", None  # state: new -> open -> closed
         self._stats: list[IterationStats] = []
@@ -176,7 +180,7 @@ class Terra(RunnerResults):
             return TraceEngine(self.learned)
         return CoexecEngine(self.learned, lazy=self.mode == "lazy", xla=self.xla,
                             max_fallbacks=self.max_fallbacks, compile_after=self.compile_after,
-                            program=self.program_kind)
+                            program=self.program_kind, split_cores=self.split_cores)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:

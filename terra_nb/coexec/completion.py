@@ -102,7 +102,7 @@ class Completions:
         self._cond = threading.Condition()
         self._failure: tuple[int, BaseException] | None = None  # (generation, first error)
         self._last_end = 0.0  # perf_counter when the last confirmed run ended
-        self.finished: deque = deque()  # (young, seconds, calls) for the compile policy
+        self.finished: deque = deque()  # (young, seconds, each call's) for the compile policy
         self._thread = threading.Thread(target=self._run, name="terra-graph-wait", daemon=True)
 
     def start(self) -> None:
@@ -163,15 +163,15 @@ class Completions:
         self._record(item, end - self.offset, calls)
         item.release()
 
-    def _stamps(self, item: WorkItem) -> tuple[float, float | None]:
-        """When ``item`` ended (a stamp's clock) and the seconds its timed calls took."""
+    def _stamps(self, item: WorkItem) -> tuple[float, list[float] | None]:
+        """When ``item`` ended (a stamp's clock) and the seconds each timed call took."""
         if item.issue_error is not None or item.end is None:  # the executor's failure first
             self.runner.executor.wait()
             raise item.issue_error or TerraError("internal: a run's end was not issued")
         end = read(item.end)
         if not item.calls:
             return end, None
-        return end, sum(read(after) - read(before) for before, after in item.calls)
+        return end, [read(after) - read(before) for before, after in item.calls]
 
     def _resolve(self, item: WorkItem) -> TerraError | None:
         """Give the placeholders their values; an op-by-op value whose shape is not the traced
@@ -191,7 +191,7 @@ class Completions:
         self._failure = (item.generation, error)
         self.runner.failed(item, error)
 
-    def _record(self, item: WorkItem, end: float, calls: float | None) -> None:
+    def _record(self, item: WorkItem, end: float, calls: list[float] | None) -> None:
         """The run's span on the timeline (from when the executor could start it to its end
         stamp; a compile the loop's thread did first is a span of its own) and its rent."""
         start = max(self._last_end, item.issued)

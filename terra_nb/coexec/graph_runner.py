@@ -35,6 +35,8 @@ from .. import capture
 from ..errors import TerraError
 from .compile_policy import CompilePolicy
 from .completion import Completions, issuing_into, read, stamp
+from .cores import CoreSplit
+from .early_start import LongCalls
 from .function_call import FunctionCall, xla_refused
 from .lower import Segment, compile_segment, interpretable, make_segment, real_argument, run_segment
 from .run_failures import RunFailures
@@ -50,9 +52,11 @@ class GraphRunner:
     max_compiled = 256  # compiled segments kept
 
     def __init__(self, handles: dict[int, Any], *, xla: bool = False, max_ahead: int = 8,
-                 compile_after: int = 2, describe=lambda node: "") -> None:
+                 compile_after: int = 2, describe=lambda node: "", split_cores: bool = True,
+                 ) -> None:
         """``describe(node)`` names a TraceGraph node's source line for error messages;
-        ``max_ahead``: runs issued and not confirmed before Python waits for the oldest."""
+        ``max_ahead``: runs issued and not confirmed before Python waits for the oldest;
+        ``split_cores``: keep the executor's thread off the loop thread's core (cores.py)."""
         self.handles = handles
         self.describe = describe
         self.xla = xla
@@ -64,6 +68,7 @@ class GraphRunner:
         self._sightings: dict[tuple, int] = {}
         self._names = SegmentNames()  # segment key -> its name in the timeline
         self.policy = CompilePolicy()
+        self.long_calls = LongCalls()  # calls after which Python flushes (early_start.py)
         self.spans: list = []  # RunnerSpans, appended by the helper threads
         self.failures = RunFailures(handles, describe)
         # Compiled functions (or segments TensorFlow cannot compile), least recently used first:
@@ -71,7 +76,8 @@ class GraphRunner:
         self._cache: OrderedDict[tuple, Any] = OrderedDict()
         self._segments: dict[tuple, Segment] = {}
         self._unchecked: set[tuple] = set()  # compiled keys whose output shapes are not static
-        self.executor = executor.new_executor(enable_async=True)
+        self.cores = CoreSplit(split_cores)
+        self.executor = self.cores.started(lambda: executor.new_executor(enable_async=True))
         self.completions = Completions(self)
         self._inflight: deque[WorkItem] = deque()  # issued, in order; confirmed ones dropped
         self._programs = ProgramThread(self.spans)
@@ -82,6 +88,7 @@ class GraphRunner:
         ``Thread.start`` would leave a thread nobody stops), and the executor's own: it starts
         on its first op (3-30 ms), which would count as the first run's time."""
         self.completions.start()
+        self.cores.follow()
         read(stamp(self.executor))
 
     def submit(self, item: WorkItem) -> None:
@@ -103,6 +110,7 @@ class GraphRunner:
             return
         segment = self._to_interpret(item, sightings)
         self._hold_back()
+        self.cores.follow()
         self._issue(item, segment)
 
     def run_program(self, run: ProgramRun) -> None:
@@ -252,7 +260,8 @@ class GraphRunner:
         finished = self.completions.finished
         while finished:
             young, seconds, calls = finished.popleft()
-            self.policy.ran(young, seconds, calls)
+            self.policy.ran(young, seconds, None if calls is None else sum(calls))
+            self.long_calls.ran(young.segment, calls)
 
     def wait_for(self, item: WorkItem) -> None:
         """Block until ``item`` is confirmed or failed (a Ctrl-C interrupts the wait)."""

@@ -71,7 +71,8 @@ class PythonRunner:
 
     def __init__(self, locations: LocationTable, index: SignatureIndex, *, lazy: bool,
                  xla: bool, chunk_ops: int = FLUSH_AT, compile_after: int = 2,
-                 handles: dict | None = None, names: dict | None = None) -> None:
+                 handles: dict | None = None, names: dict | None = None,
+                 split_cores: bool = True) -> None:
         self.locations = locations
         self.index = index
         self.lazy = lazy
@@ -79,8 +80,8 @@ class PythonRunner:
         self.handles: dict[int, Any] = {}
         self.graph = GraphRunner(
             self.handles, xla=xla, compile_after=compile_after,
-            describe=lambda node: index.node_locations.get(node, "?"),
-        )
+            split_cores=split_cores and not lazy,  # lazy mode waits for each run: no overlap
+            describe=lambda node: index.node_locations.get(node, "?"))
         self.lane = PythonLane()
         self.kept = KeptPlaceholders()
         self.interrupts = DeferredInterrupts()
@@ -90,9 +91,7 @@ class PythonRunner:
                                         prefetch=index.fetched_nodes)
         self.executor: Executor = self.segments  # this iteration's
         self.plans: list[Executor] = [self.segments]  # every executor used so far
-        self.iteration = 0
-        self.fetches = 0
-        self.ops = 0
+        self.iteration = self.fetches = self.ops = 0
         self.divergence: tuple[str, str, str] | None = None  # (reason, op type, location)
         self._context = context.context()
         self._resizable: dict[int, bool] = {}  # variable handle id -> shape not fully defined

@@ -2,8 +2,9 @@
 (issued into TensorFlow's asynchronous executor at once: Python goes on while they run).
 
 Issued ops wait in the pending list; a flush sends them as one ``WorkItem`` when the list grows to
-``chunk_ops``, when Python issues an op whose value it read in an earlier iteration (the graph
-computes it while Python goes on), when Python needs a value, and at the end of the iteration.
+``chunk_ops``, when Python issues an op whose value it read in an earlier iteration or a call
+learned to be long (the graph computes it while Python goes on: early_start.py), when Python
+needs a value, and at the end of the iteration.
 The graph only ever runs ops Python has already issued, so nothing unconfirmed takes effect, and
 a divergence needs no undo: the graph catches up and the iteration goes on in tracing.
 """
@@ -71,6 +72,7 @@ class SegmentExecutor:
         # lazy mode is LazyTensor: the graph runs only when Python needs a value, in one piece
         self.chunk_ops = 1 << 30 if lazy else chunk_ops
         self.prefetch = frozenset() if lazy else prefetch
+        self.long_calls = set() if lazy else graph.long_calls.names  # early_start.py
         self.failed: BaseException | None = None  # a segment's failure reaches Python directly
         self._pending: list[IssuedOp] = []
 
@@ -79,8 +81,9 @@ class SegmentExecutor:
 
     def issue(self, op: IssuedOp) -> int:
         self._pending.append(op)
-        if len(self._pending) >= self.chunk_ops or op.node in self.prefetch:
-            self.flush()  # a value Python read before: the graph computes it while Python goes on
+        if len(self._pending) >= self.chunk_ops or op.node in self.prefetch \
+                or op.entry.op_type in self.long_calls:
+            self.flush()  # the graph computes it while Python goes on
         return 0  # its feeds are counted when its segment is built
 
     def catch_up(self) -> None:
