@@ -11,10 +11,11 @@ ms.
 
 ``CoreSplit`` finds the executor's thread (the one ``new_executor`` starts) and allows it every
 core the process may use except the loop thread's current one, checked at each issue (the loop
-thread may move; the executor's is moved after it). The loop thread and every other thread keep
-their affinity: nothing the user's loop starts inherits a restriction. The executor's thread
-ends with its executor, so nothing is left to undo. Where the process may use one core only,
-or the platform has no thread affinity, it does nothing.
+thread may move; the executor's is moved after it). The loop thread and every thread it starts
+keep their affinity. Threads the executor's thread starts inherit its affinity (the pools
+TensorFlow makes on first use: XLA's, for one) and outlive it: ``release`` gives them every
+allowed core again once the executor is gone. Where the process may use one core only, or the
+platform has no thread affinity, it does nothing.
 """
 
 from __future__ import annotations
@@ -58,11 +59,13 @@ class CoreSplit:
         self.threads: list[int] = []
         self.cores: frozenset[int] = frozenset()
         self.loop_core = -1  # the loop thread's core the executor's threads were moved off
+        self._before: set[int] = set()  # the threads before the executor's started
+        self._given: set[frozenset[int]] = set()  # the affinities given to its threads
 
     def started(self, make: Callable[[], Any]) -> Any:
         """``make()`` (``executor.new_executor``), noting the threads it started (not holding
         what it made: the executor's thread ends when it is collected)."""
-        before = _threads() if self.enabled else set()
+        self._before = before = _threads() if self.enabled else set()
         made = make()
         if self.enabled:
             self.threads = sorted(_threads() - before)
@@ -82,8 +85,20 @@ class CoreSplit:
             return
         self.loop_core = core
         others = self.cores - {core}
+        self._given.add(others)
         for tid in self.threads:
             try:
                 os.sched_setaffinity(tid, others)
             except OSError:  # the thread ended (or is not ours to move): nothing to keep apart
                 self.threads = [t for t in self.threads if t != tid]
+
+    def release(self) -> None:
+        """(Once the executor is gone) threads started since with an affinity given here (by
+        inheritance from the executor's thread) get every allowed core again."""
+        for tid in _threads() - self._before if self._given else ():
+            try:
+                if frozenset(os.sched_getaffinity(tid)) in self._given:
+                    os.sched_setaffinity(tid, self.cores)
+            except OSError:  # it ended meanwhile
+                continue
+        self._given.clear()

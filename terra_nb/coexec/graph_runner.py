@@ -327,6 +327,7 @@ class GraphRunner:
             pass
         executor.clear_error()
         del executor  # TensorFlow's Executor shuts its thread down when collected
+        self.cores.release()
 
     @property
     def compiled(self) -> int:

@@ -106,6 +106,23 @@ def test_no_split_where_nothing_overlaps_or_when_turned_off(options):
     terra, losses, _ = run_loop(seen=look, **options)
     assert_coexecuted(terra, at_least=0.5)
     assert seen["threads"] == []
-    assert all(allowed == ALLOWED for allowed in seen["tasks"].values())
+    moved = {tid: allowed for tid, allowed in seen["tasks"].items() if allowed != ALLOWED}
+    assert not moved, moved
     _, eager_losses, _ = run_loop(mode="eager")
     assert losses == eager_losses
+
+
+def test_threads_the_executor_started_get_every_core_back():
+    """XLA makes its thread pools on its first compile, from the executor's thread: they inherit
+    its affinity and outlive it (they are TensorFlow's for the process)."""
+    seen = {}
+
+    def look(terra):
+        seen["threads"] = list(terra._engine.runner.graph.cores.threads)
+
+    terra, losses, _ = run_loop(seen=look, xla=True)
+    assert_coexecuted(terra, at_least=0.5)
+    assert terra.compiled_segments >= 1 and seen["threads"]
+    restricted = {tid: os.sched_getaffinity(int(tid)) for tid in os.listdir("/proc/self/task")
+                  if os.sched_getaffinity(int(tid)) != ALLOWED}
+    assert not restricted, restricted
