@@ -179,6 +179,11 @@ class Placeholder(tensor_lib.Tensor, types_core.Value):
         array = self._numpy()
         return np.asarray(array, dtype=dtype)
 
+    def _prefer_custom_summarizer(self) -> bool:
+        # what TensorFlow's printing of a value asks first (a variable's repr reads its value
+        # and prints it: without this it printed ``numpy=<unavailable>``)
+        return False
+
     def __bool__(self) -> bool:
         return bool(self._numpy())
 

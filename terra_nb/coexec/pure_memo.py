@@ -9,7 +9,10 @@ attrs and device, so the memo keys an op by those values and hands back the tens
 before (tensors never change).
 
 Two uses of one tensor are not two tensors to a gradient tape, so a memoised output is handed
-out once per iteration, and never to an op a tape records.
+out once per iteration, and never to an op a tape records. Each time it is a tensor object of its
+own (the same value, copied on its device without copying the buffer): code keys tensors by
+identity (``t.ref()``, weak references) and Keras sets attributes on them (``_keras_mask``), so
+one object handed out twice would carry one iteration's into the next (adversarial review).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 import numpy as np
 from tensorflow.python import pywrap_tfe
-from tensorflow.python.eager import record
+from tensorflow.python.eager import context, record
 from tensorflow.python.framework import dtypes, ops
 from tensorflow.python.framework.tensor_shape import TensorShape
 
@@ -85,13 +88,17 @@ class PureOpMemo:
             return None
 
     def get(self, key: tuple):
-        """The outputs made before for ``key`` (a fresh list when they are a list), or None."""
+        """Tensors of their own with the values of the outputs made before for ``key`` (a list
+        when they are a list), or None."""
         outputs = self._outputs.get(key)
         if outputs is None or id(outputs) in self._handed:
             return None
         self._handed.add(id(outputs))
         self.hits += 1
-        return list(outputs) if type(outputs) is tuple else outputs
+        ctx = context.context()
+        if type(outputs) is tuple:
+            return [o._copy_nograd(ctx, o.device) for o in outputs]
+        return outputs._copy_nograd(ctx, outputs.device)
 
     def put(self, key: tuple, outputs) -> None:
         """Keep ``outputs`` (a tensor or a list of them) when they are small."""

@@ -54,6 +54,7 @@ from .call_args import (
 from .control_flow import PathError
 from .executor import FLUSH_AT, Executor, IssuedOp, KeptPlaceholders
 from .graph_runner import GraphRunner
+from .input_pipeline import waits_for_graph
 from .interrupts import DeferredInterrupts
 from .pure_memo import PureOpMemo
 from .segment_executor import PythonLane, SegmentExecutor
@@ -192,10 +193,11 @@ class PythonRunner:
         info = op_info(op_type)
         if info.function:
             learn(op_type, frame)  # its output specs, from the calling frames
-        if op_type in ITERATOR_OPS:  # the input pipeline: no graph work touches an iterator
-            return self._trace_op(run, op_name, args, attrs, loc)
         inputs = args if attrs is not None else args[: info.n_inputs]
         flat = flat_inputs(inputs)
+        if op_type in ITERATOR_OPS:  # the input pipeline runs in Python: it may read the graph's
+            reads = waits_for_graph(op_type, flat, frame)  # writes (input_pipeline.py)
+            return (self._run_for_real if reads else self._trace_op)(run, op_name, args, attrs, loc)
         placeholders, resources = scan_inputs(flat)
         if not placeholders and not resources and not info.stateful:
             if self.executor.claims_pure_calls:

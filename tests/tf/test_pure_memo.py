@@ -37,6 +37,21 @@ def _the_same_op_twice(loop):
     return grads, [v.numpy()]
 
 
+def _a_tensor_of_its_own(loop):
+    """Eager makes a new tensor object every call: one kept by ``ref()`` or marked by Keras
+    (``_keras_mask``) in one iteration is not the next iteration's."""
+    a = tf.constant([1.0, 2.0])
+    v = tf.Variable(0.0)
+    refs, marked = set(), []
+    for _ in loop(range(10)):
+        t = a * 3.0
+        refs.add(t.ref())
+        marked.append(hasattr(t, "_keras_mask"))
+        t._keras_mask = tf.constant([True, False])
+        v.assign_add(tf.reduce_sum(t))
+    return [len(refs), marked], [v.numpy()]
+
+
 def _hits(terra) -> int:
     return terra._engine.runner.pure.hits
 
@@ -50,6 +65,11 @@ def test_a_losss_gradient_takes_its_constant_ops_from_the_memo_and_equals_eager(
 def test_one_memoised_output_is_handed_out_once_per_iteration():
     terra = compare(_the_same_op_twice, SEGMENTS, last=4)
     assert _hits(terra) > 0  # the first square of each iteration; the second ran
+
+
+def test_each_hit_is_a_tensor_of_its_own():
+    terra = compare(_a_tensor_of_its_own, SEGMENTS, last=4)
+    assert _hits(terra) >= 4
 
 
 def _key(memo, *args):
