@@ -1,21 +1,23 @@
-"""Keeping the graph's executor thread off the core the loop's thread runs on (Linux).
+"""Keeping the graph's executor thread and the loop's thread on cores of their own (Linux).
 
 TensorFlow's asynchronous executor sleeps when it has nothing to run. Issuing a run wakes its
 thread, and Linux's scheduler tends to place a woken thread on the core of the thread that woke
 it and let it run there first: the loop's thread, which issued the run to go on with Python,
-then waits, runnable, until the run ends, while the other core idles. Measured on the 2-core VM
-(kernel 6.18, ``benchmarks/core_split.py``): a 0.3 ms compiled segment's call returned 0.05 ms
-before the run's end instead of at once, so nothing overlapped (co-execution level with lazy
-mode); with the executor's thread kept off the loop thread's core the call returns in 0.02-0.03
-ms.
+then waits, runnable, until the run ends, while the other core idles; and a loop thread woken
+after a wait may land on the executor's core. Measured on the 2-core VM (kernel 6.18,
+``benchmarks/core_split.py``): a 0.3 ms compiled segment's call returned 0.05 ms before the run's
+end instead of at once, so nothing overlapped. mlp-small, medians of 5 alternating rounds of 200
+co-executed iterations: 361 it/s shared, 387 with only the executor's thread kept off the loop
+thread's core, 557 with the loop's thread also kept on its core.
 
-``CoreSplit`` finds the executor's thread (the one ``new_executor`` starts) and allows it every
-core the process may use except the loop thread's current one, checked at each issue (the loop
-thread may move; the executor's is moved after it). The loop thread and every thread it starts
-keep their affinity. Threads the executor's thread starts inherit its affinity (the pools
-TensorFlow makes on first use: XLA's, for one) and outlive it: ``release`` gives them every
-allowed core again once the executor is gone. Where the process may use one core only, or the
-platform has no thread affinity, it does nothing.
+``CoreSplit`` finds the executor's thread (the one ``new_executor`` starts), keeps the loop's
+thread on the core it runs on when the Terra starts and the executor's thread on every other
+core the process may use. Threads inherit the affinity of the thread that starts them: those the
+loop's thread starts during the loop (the user's, tf.data's) get every allowed core back within
+``SWEEP_S`` (checked as Python issues work); those the executor's thread starts (the pools
+TensorFlow makes on first use: XLA's) are TensorFlow's work and keep its cores until the end.
+When the Terra ends every thread has the affinity it had, or every allowed core. Where the
+process may use one core only, or the platform has no thread affinity, it does nothing.
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 _TASKS = "/proc/self/task"
+SWEEP_S = 0.05  # how soon a thread the loop's thread started gets every allowed core back
 
 
 def _libc_getcpu() -> Callable[[], int] | None:
@@ -51,25 +56,31 @@ def _threads() -> set[int]:
 
 
 class CoreSplit:
-    """The executor thread(s) ``started`` saw start, kept off the loop thread's core (see the
-    module docstring). ``cores``: the process's allowed cores (empty: the split does nothing)."""
+    """The executor thread(s) ``started`` saw start, and the loop's thread (the caller), kept on
+    cores of their own (see the module docstring). ``cores``: the loop thread's allowed cores
+    when it started (empty: the split does nothing)."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled and _GETCPU is not None and os.path.isdir(_TASKS)
         self.threads: list[int] = []
         self.cores: frozenset[int] = frozenset()
-        self.loop_core = -1  # the loop thread's core the executor's threads were moved off
+        self.loop_core = -1  # the core the loop's thread is kept on
+        self.loop_thread = threading.get_native_id()
         self._before: set[int] = set()  # the threads before the executor's started
-        self._given: set[frozenset[int]] = set()  # the affinities given to its threads
+        self._seen: set[int] = set()  # threads the sweep looked at already
+        self._given: set[frozenset[int]] = set()  # the affinities given here
+        self._next_sweep = 0.0
 
     def started(self, make: Callable[[], Any]) -> Any:
         """``make()`` (``executor.new_executor``), noting the threads it started (not holding
-        what it made: the executor's thread ends when it is collected)."""
+        what it made: the executor's thread ends when it is collected), and split the cores."""
         self._before = before = _threads() if self.enabled else set()
         made = make()
         if self.enabled:
             self.threads = sorted(_threads() - before)
             self.cores = frozenset(os.sched_getaffinity(0))
+            self._seen = _threads()  # the sweep leaves these be
+            self.follow()
         return made
 
     @property
@@ -77,28 +88,62 @@ class CoreSplit:
         return len(self.cores) > 1 and bool(self.threads)
 
     def follow(self) -> None:
-        """Move the executor's thread(s) off the core the calling (loop) thread runs on now."""
+        """(The loop's thread, as it issues work) split again if the loop's thread was moved
+        (its affinity changed by the user); give threads it started every core back."""
         if not self.active:
             return
         core = _GETCPU()
-        if core == self.loop_core or core not in self.cores:
-            return
+        if core != self.loop_core and core in self.cores:
+            self._split(core)
+        now = time.perf_counter()
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_S
+            self._sweep()
+
+    def settled(self) -> None:
+        """The threads started so far (the GraphRunner's helper) stay on the loop's core."""
+        self._seen = _threads()
+
+    def _split(self, core: int) -> None:
         self.loop_core = core
-        others = self.cores - {core}
-        self._given.add(others)
-        for tid in self.threads:
-            try:
-                os.sched_setaffinity(tid, others)
-            except OSError:  # the thread ended (or is not ours to move): nothing to keep apart
-                self.threads = [t for t in self.threads if t != tid]
+        own, others = frozenset({core}), self.cores - {core}
+        self._given |= {own, others}
+        _set_affinity(self.loop_thread, own)
+        self.threads = [tid for tid in self.threads if _set_affinity(tid, others)]
+
+    def _sweep(self) -> None:
+        """Threads started since the last sweep with the loop thread's core only get every
+        allowed core."""
+        new = _threads() - self._seen
+        self._seen |= new
+        own = {self.loop_core}
+        for tid in new - {self.loop_thread}:
+            if _affinity(tid) == own:
+                _set_affinity(tid, self.cores)
 
     def release(self) -> None:
-        """(Once the executor is gone) threads started since with an affinity given here (by
-        inheritance from the executor's thread) get every allowed core again."""
-        for tid in _threads() - self._before if self._given else ():
-            try:
-                if frozenset(os.sched_getaffinity(tid)) in self._given:
-                    os.sched_setaffinity(tid, self.cores)
-            except OSError:  # it ended meanwhile
-                continue
+        """(Once the executor is gone) the loop's thread, and every thread started since with an
+        affinity given here, get the loop thread's allowed cores again."""
+        if not self._given:
+            return
+        _set_affinity(self.loop_thread, self.cores)
+        for tid in _threads() - self._before:
+            if _affinity(tid) in self._given:
+                _set_affinity(tid, self.cores)
         self._given.clear()
+
+
+def _affinity(tid: int) -> frozenset[int]:
+    try:
+        return frozenset(os.sched_getaffinity(tid))
+    except OSError:  # it ended meanwhile
+        return frozenset()
+
+
+def _set_affinity(tid: int, cores: frozenset[int]) -> bool:
+    """Whether ``tid`` may now run on ``cores`` only (False: it ended meanwhile)."""
+    try:
+        os.sched_setaffinity(tid, cores)
+    except OSError:
+        return False
+    return True

@@ -56,7 +56,8 @@ class GraphRunner:
                  ) -> None:
         """``describe(node)`` names a TraceGraph node's source line for error messages;
         ``max_ahead``: runs issued and not confirmed before Python waits for the oldest;
-        ``split_cores``: keep the executor's thread off the loop thread's core (cores.py)."""
+        ``split_cores``: keep the executor's thread and the loop's on cores of their own
+        (cores.py)."""
         self.handles = handles
         self.describe = describe
         self.xla = xla
@@ -88,7 +89,7 @@ class GraphRunner:
         ``Thread.start`` would leave a thread nobody stops), and the executor's own: it starts
         on its first op (3-30 ms), which would count as the first run's time."""
         self.completions.start()
-        self.cores.follow()
+        self.cores.settled()
         read(stamp(self.executor))
 
     def submit(self, item: WorkItem) -> None:

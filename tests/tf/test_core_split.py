@@ -1,13 +1,14 @@
-"""The executor's thread is kept off the loop thread's core (``coexec/cores.py``), and nothing
-else changes: the loop thread, threads the loop starts and the process keep their affinity, the
-executor's thread ends with the Terra, lazy mode and ``split_cores=False`` leave every thread as
-it was, and the loop's values stay eager's.
+"""The executor's thread and the loop's run on cores of their own (``coexec/cores.py``), and
+nothing else changes: threads the loop starts get every core back, every thread has its cores
+back after the Terra, the executor's thread ends with it, lazy mode and ``split_cores=False``
+leave every thread as it was, and the loop's values stay eager's.
 
 Where the split pays is measured by ``benchmarks/core_split.py``, not here (no timed asserts).
 """
 
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ import tensorflow as tf
 from what_ran import assert_coexecuted
 
 from terra_nb import Terra
+from terra_nb.coexec.cores import SWEEP_S
 
 ALLOWED = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
 pytestmark = pytest.mark.skipif(
@@ -43,7 +45,7 @@ def run_loop(steps: int = 24, seen=None, **options):
     return terra, losses, w.numpy()
 
 
-def test_the_executor_thread_runs_off_the_loop_threads_core():
+def test_the_executor_thread_and_the_loop_thread_run_on_cores_of_their_own():
     before = os.sched_getaffinity(0)
     seen = {}
 
@@ -51,27 +53,41 @@ def test_the_executor_thread_runs_off_the_loop_threads_core():
         split = terra._engine.runner.graph.cores
         seen["threads"] = list(split.threads)
         seen["allowed"] = [os.sched_getaffinity(tid) for tid in split.threads]
-        seen["core"], seen["loop_core"] = current_core(), split.loop_core
-        seen["loop"] = os.sched_getaffinity(0)
-        started = []
-        thread = threading.Thread(target=lambda: started.append(os.sched_getaffinity(0)))
-        thread.start()
-        thread.join()
-        seen["started"] = started[0]
+        seen["loop_core"], seen["loop"] = split.loop_core, os.sched_getaffinity(0)
 
     terra, losses, w = run_loop(seen=look)
     assert_coexecuted(terra, at_least=0.5)
     assert len(seen["threads"]) == 1, "new_executor starts one thread"
+    assert seen["loop"] == {seen["loop_core"]}
     assert seen["allowed"] == [ALLOWED - {seen["loop_core"]}]
-    # The loop thread may have moved since the last issue; followed at the next one.
-    assert seen["loop_core"] in ALLOWED
-    assert seen["loop"] == before and seen["started"] == before  # only the executor's moved
-    assert os.sched_getaffinity(0) == before
+    assert os.sched_getaffinity(0) == before, "the loop's thread gets its cores back"
     assert not any(os.path.exists(f"/proc/self/task/{t}") for t in seen["threads"]), \
         "the executor's thread ends with the Terra"
     _, eager_losses, eager_w = run_loop(mode="eager")
     assert losses == eager_losses
     np.testing.assert_array_equal(w, eager_w)
+
+
+def test_a_thread_the_loop_starts_gets_every_core_soon():
+    """It inherits the loop thread's one core; the split gives it every core within
+    ``SWEEP_S`` while the loop goes on issuing work, and at the end at the latest."""
+    seen = []
+
+    def watch():
+        time.sleep(4 * SWEEP_S)
+        seen.append(os.sched_getaffinity(0))
+
+    thread = threading.Thread(target=watch)
+    v = tf.Variable(1.0)
+    with Terra() as terra:
+        for i in terra.loop(range(40)):
+            v.assign_add(tf.reduce_sum(tf.ones(4)) * 1e-3)
+            if i == 10:
+                thread.start()
+            time.sleep(SWEEP_S / 5)
+    thread.join()
+    assert_coexecuted(terra, at_least=0.5, last=20)
+    assert seen == [ALLOWED]
 
 
 def test_the_split_follows_the_loop_thread_to_another_core():
@@ -80,7 +96,7 @@ def test_the_split_follows_the_loop_thread_to_another_core():
     def move(terra):
         split = terra._engine.runner.graph.cores
         other = min(ALLOWED - {current_core()})
-        os.sched_setaffinity(0, {other})  # the loop thread moves (as the scheduler may do)
+        os.sched_setaffinity(0, {other})  # the user moves the loop thread
         try:
             tf.reduce_sum(tf.ones(3)).numpy()  # a real op, then issued work follows
             split.follow()
