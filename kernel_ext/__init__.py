@@ -10,7 +10,7 @@ Run a training loop under terra-nb
 
         %%terra [--mode coexec|lazy|trace|eager] [--viz | --no-viz] [--max-fallbacks N]
                 [--strict] [--xla] [--compile-after N] [--program segments|whole]
-                [--regions | --no-regions] [--no-tapes] [--quiet]
+                [--regions | --no-regions] [--no-tapes] [--shared-cores] [--quiet]
         model = make_model()                  # runs normally
         for x, y in batches():                # the first top-level for/while loop:
             ...                               #   each iteration is one Terra iteration

@@ -41,6 +41,7 @@ class CellOptions:
     compile_after: int = 2
     program: str = "segments"
     regions: bool | str | None = None  # None: Terra's default; "calls": --no-tapes
+    split_cores: bool = True  # False: --shared-cores
     viz: bool = False
     quiet: bool = False
     progress_interval: float = 0.5
@@ -125,6 +126,7 @@ class CellRunner:
             compile_after=options.compile_after,
             program=options.program,
             regions=options.regions,
+            split_cores=options.split_cores,
             learned=self._learned.get(cell.key),
         )
 

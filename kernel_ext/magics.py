@@ -85,6 +85,11 @@ class TerraMagics(Magics, Configurable):
         help="regions answer the Keras calls only, not GradientTape.gradient "
         "(Terra(regions='calls'))",
     )
+    @ma.argument(
+        "--shared-cores", action="store_true",
+        help="let the scheduler place the loop's thread and TensorFlow's executor thread "
+        "(Terra(split_cores=False); default: each on cores of its own, Linux)",
+    )
     @ma.argument("--quiet", action="store_true", help="no progress line, no summary")
     @output_can_be_silenced
     @cell_magic("terra")
@@ -127,6 +132,7 @@ class TerraMagics(Magics, Configurable):
             compile_after=args.compile_after,
             program=args.program,
             regions="calls" if args.no_tapes else args.regions,
+            split_cores=not args.shared_cores,
             viz=self.viz if args.viz is None else args.viz,
             quiet=args.quiet or self.quiet,
             progress_interval=self.progress_interval,

@@ -68,7 +68,8 @@ def test_config_settings_apply(ip, capsys):
 def test_help_lists_every_option(ip):
     doc = ip.find_cell_magic("terra").__doc__
     options = ("--mode", "--viz", "--no-viz", "--max-fallbacks", "--strict", "--xla",
-               "--compile-after", "--program", "--regions", "--no-regions", "--no-tapes", "--quiet")
+               "--compile-after", "--program", "--regions", "--no-regions", "--no-tapes",
+               "--shared-cores", "--quiet")
     for option in options:
         assert option in doc
     line_doc = ip.find_line_magic("terra").__doc__

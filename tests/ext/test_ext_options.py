@@ -155,3 +155,10 @@ def test_tapes_are_on_with_regions_and_no_tapes_turns_them_off(ip, no_views):
         assert any(r.name == "Sequential.__call__" and r.hits for r in t.regions.rows)
     with pytest.raises(UsageError, match="--no-tapes is about regions"):
         ip.run_cell_magic("terra", "--no-tapes --no-regions --quiet", "x = 1\n")
+
+
+def test_shared_cores_passes_split_cores_false(ip, no_views):
+    ip.run_cell_magic("terra", "--quiet", "x = 1\n")
+    assert last(ip).split_cores  # the default
+    ip.run_cell_magic("terra", "--shared-cores --quiet", "x = 1\n")
+    assert not last(ip).split_cores
