@@ -82,20 +82,10 @@ class _Step:
 class Terra(RunnerResults):
     """Runs a training loop under terra-nb; see the module docstring."""
 
-    def __init__(
-        self,
-        mode: str = "coexec",
-        *,
-        max_fallbacks: int = 5,
-        strict: bool = False,
-        xla: bool = False,
-        compile_after: int = 2,
-        program: str = "segments",
-        learned: Learned | None = None,
-        keep_spans: int = 200,
-        regions: bool | str | None = None,
-        split_cores: bool = True,
-    ) -> None:
+    def __init__(self, mode: str = "coexec", *, max_fallbacks: int = 5, strict: bool = False,
+                 xla: bool = False, compile_after: int = 2, program: str = "segments",
+                 learned: Learned | None = None, keep_spans: int = 200,
+                 regions: bool | str | None = None, split_cores: bool = True) -> None:
         """``max_fallbacks``: fallbacks within 20 iterations after which co-execution gives up
         and stays in tracing; ``strict``: a fallback after warm-up raises; ``xla``: compile the
         graph segments with XLA; ``compile_after``: a graph segment is compiled the n-th time
@@ -111,8 +101,8 @@ class Terra(RunnerResults):
         the coexec and lazy modes, except with ``program="whole"``, which cannot run them yet;
         regions include ``GradientTape.gradient`` as one function once that pays
         (``regions/tapes.py``), except with ``"calls"``: the Keras calls only; ``split_cores``:
-        in coexec mode, keep TensorFlow's executor thread off the core the loop's thread runs on
-        (Linux; ``coexec/cores.py``), so the graph runs while Python goes on."""
+        in coexec mode, keep the loop's thread and TensorFlow's executor thread on cores of their
+        own (Linux; ``coexec/cores.py``), so the graph runs while Python goes on."""
         check_options(mode, max_fallbacks, compile_after, program, keep_spans, learned, regions)
         if xla:
             warn_xla_once()
