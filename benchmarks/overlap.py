@@ -15,11 +15,11 @@ the read (X + Y again). Prints milliseconds per iteration (median of alternating
 on a Python thread took 2.87 ms for X = 0.75, Y = 2.0 (issue 39; ``benchmarks/gil_wait.py``
 shows why: the thread waits for the GIL to return from each call).
 
-On a machine whose other processes keep a core busy, the scheduler runs the executor's work on
-the loop thread's core and preempts the loop's Python for it (a 2 ms run's issue then takes 1.8 ms
-of wall time for 0.016 ms of CPU): co-execution is no faster than lazy there. ``--pin`` gives the
-loop's thread and TensorFlow's threads a core each (co-executed and lazy runs alike) and shows
-what the overlap is when the two cores are there.
+Co-execution keeps the loop's thread and the executor's thread on cores of their own
+(``terra_nb/coexec/cores.py``; without that, the scheduler ran the executor's work on the loop
+thread's core and preempted the loop's Python for it). ``--pin`` also gives TensorFlow's other
+threads (its pools) the second core, in co-executed and lazy runs alike: the benchmark's doing,
+not terra-nb's.
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pin", action="store_true",
-                        help="coexec and lazy: the loop's thread on core 0, TensorFlow's on core 1")
+                        help="coexec and lazy: the loop's thread on core 0, all of TensorFlow's "
+                             "threads on core 1")
     args = parser.parse_args()
     PIN["on"] = args.pin
     modes = ("eager", "coexec", "lazy")
