@@ -13,8 +13,9 @@ thread's core, 557 with the loop's thread also kept on its core.
 ``CoreSplit`` finds the executor's thread (the one ``new_executor`` starts), keeps the loop's
 thread on the core it runs on when the Terra starts and the executor's thread on every other
 core the process may use. Threads inherit the affinity of the thread that starts them: those the
-loop's thread starts during the loop (the user's, tf.data's) get every allowed core back within
-``SWEEP_S`` (checked as Python issues work); those the executor's thread starts (the pools
+loop's thread starts during the loop (the user's, tf.data's) get every allowed core back when
+Python next issues work, ``SWEEP_S`` apart at most (not while the loop's thread waits), and a
+process it forks at once; those the executor's thread starts (the pools
 TensorFlow makes on first use: XLA's) are TensorFlow's work and keep its cores until the end.
 When the Terra ends every thread has the affinity it had, or every allowed core. Where the
 process may use one core only, or the platform has no thread affinity, it does nothing.
@@ -70,6 +71,7 @@ class CoreSplit:
         self._seen: set[int] = set()  # threads the sweep looked at already
         self._given: set[frozenset[int]] = set()  # the affinities given here
         self._next_sweep = 0.0
+        self._loop_given = True  # the loop thread's affinity is the one given here
 
     def started(self, make: Callable[[], Any]) -> Any:
         """``make()`` (``executor.new_executor``), noting the threads it started (not holding
@@ -94,6 +96,8 @@ class CoreSplit:
             return
         core = _GETCPU()
         if core != self.loop_core and core in self.cores:
+            if self.loop_core >= 0 and _affinity(self.loop_thread) != {self.loop_core}:
+                self._loop_given = False  # the user set it: theirs from now on
             self._split(core)
         now = time.perf_counter()
         if now >= self._next_sweep:
@@ -105,10 +109,13 @@ class CoreSplit:
         self._seen = _threads()
 
     def _split(self, core: int) -> None:
+        if self not in _SPLITS:
+            _SPLITS.append(self)
         self.loop_core = core
         own, others = frozenset({core}), self.cores - {core}
         self._given |= {own, others}
-        _set_affinity(self.loop_thread, own)
+        if self._loop_given:
+            _set_affinity(self.loop_thread, own)
         self.threads = [tid for tid in self.threads if _set_affinity(tid, others)]
 
     def _sweep(self) -> None:
@@ -122,11 +129,15 @@ class CoreSplit:
                 _set_affinity(tid, self.cores)
 
     def release(self) -> None:
-        """(Once the executor is gone) the loop's thread, and every thread started since with an
-        affinity given here, get the loop thread's allowed cores again."""
+        """(Once the executor is gone) the loop's thread, unless the user set its affinity
+        meanwhile, and every thread started since with an affinity given here, get the loop
+        thread's allowed cores again."""
+        if self in _SPLITS:
+            _SPLITS.remove(self)
         if not self._given:
             return
-        _set_affinity(self.loop_thread, self.cores)
+        if self._loop_given and _affinity(self.loop_thread) == {self.loop_core}:
+            _set_affinity(self.loop_thread, self.cores)
         for tid in _threads() - self._before:
             if _affinity(tid) in self._given:
                 _set_affinity(tid, self.cores)
@@ -147,3 +158,20 @@ def _set_affinity(tid: int, cores: frozenset[int]) -> bool:
     except OSError:
         return False
     return True
+
+
+_SPLITS: list[CoreSplit] = []  # the splits in force (a forked child gets every core back)
+
+
+def _child_gets_every_core() -> None:
+    """In a process forked by a thread with an affinity given here (``multiprocessing``'s fork,
+    ``os.fork``): every core that thread had before (a child ``subprocess`` is not forked through
+    Python's hooks, and keeps it: see the README's Known limits)."""
+    for split in _SPLITS:
+        if _affinity(0) in split._given:
+            _set_affinity(0, split.cores)
+    _SPLITS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_child_gets_every_core)

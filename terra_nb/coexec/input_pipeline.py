@@ -12,7 +12,10 @@ as in eager execution: Python waits for the graph first (adversarial review: ``n
 iteration saw the variable as it was before the iteration's queued ``assign_add``).
 
 The dataset is found among the calling frames of TensorFlow's own code (an iterator's
-``_dataset``, the dataset whose ``reduce`` runs); where it is not found, Python waits. A
+``_dataset``); where it is not found, Python waits. What is not read is assumed to read state:
+a function that captures a handle or a dataset (a second review: a ``flat_map`` returning a
+captured dataset that reads a variable, a distributed dataset's per-device generator over its
+multi-device iterator), a dataset a ``tf.function`` returned, ``reduce``'s own function. A
 dataset's verdict is kept for its lifetime.
 """
 
@@ -23,7 +26,7 @@ from types import FrameType
 from typing import Any
 
 from tensorflow.python.data.ops.dataset_ops import DatasetV2
-from tensorflow.python.framework import dtypes, op_def_registry, ops
+from tensorflow.python.framework import dtypes, op_def_registry
 
 from ..capture.signature import ITERATOR_OPS
 
@@ -41,19 +44,20 @@ _OWN_STATE = frozenset({
     "AnonymousSeedGenerator", "DeleteSeedGenerator", "DummySeedGenerator",
     "AnonymousRandomSeedGenerator", "DeleteRandomSeedGenerator",
 }) | ITERATOR_OPS
-_RESOURCE = dtypes.resource.as_datatype_enum
+# Datasets whose making is not known here (a dataset a tf.function returned, from_variant; a
+# distributed dataset's per-device generators over their multi-device iterator).
+_OPAQUE = frozenset({"_VariantDataset", "_PerDeviceGenerator", "_ReincarnatedPerDeviceGenerator"})
 _FRAMES = 8  # calling frames looked at for the dataset
 _verdicts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def waits_for_graph(op_type: str, inputs: list, frame: FrameType | None) -> bool:
+def waits_for_graph(op_type: str, frame: FrameType | None) -> bool:
     """Whether Python must let the graph run what it issued before running this pipeline op
-    (``inputs``: its flat inputs; ``frame``: where it was called from)."""
+    (``frame``: where it was called from)."""
     if op_type not in RUNS_FUNCTIONS:
         return False
-    if op_type in ("ReduceDataset", "DatasetToSingleElement") and any(
-            type(x) is ops.EagerTensor and x._datatype_enum() == _RESOURCE for x in inputs):
-        return True  # its own function captured a variable
+    if op_type == "ReduceDataset":
+        return True  # its reduce function is not the dataset's: not read, so assumed to read
     dataset = _dataset_of(frame)
     return dataset is None or reads_state(dataset)
 
@@ -62,13 +66,18 @@ def reads_state(dataset: DatasetV2) -> bool:
     """Whether ``dataset``'s functions, or those of the datasets it reads, read state."""
     verdict = _verdicts.get(dataset)
     if verdict is None:
-        verdict = any(_function_reads_state(f.function) for f in dataset._functions()) \
+        verdict = type(dataset).__name__ in _OPAQUE \
+            or any(_function_reads_state(f.function) for f in dataset._functions()) \
             or any(reads_state(d) for d in dataset._inputs())
         _verdicts[dataset] = verdict
     return verdict
 
 
 def _function_reads_state(function: Any) -> bool:
+    """A captured handle (a variable, an iterator, a table) or dataset (whose functions are not
+    in this one's library) may read state; so may a stateful op that is not its own."""
+    if any(t.dtype in (dtypes.resource, dtypes.variant) for t in function.captured_inputs):
+        return True
     graph_def = function.graph.as_graph_def()
     nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
     return any(_reads_state(node.op) for node in nodes)

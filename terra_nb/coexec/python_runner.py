@@ -196,7 +196,7 @@ class PythonRunner:
         inputs = args if attrs is not None else args[: info.n_inputs]
         flat = flat_inputs(inputs)
         if op_type in ITERATOR_OPS:  # the input pipeline runs in Python: it may read the graph's
-            reads = waits_for_graph(op_type, flat, frame)  # writes (input_pipeline.py)
+            reads = waits_for_graph(op_type, frame)  # writes (input_pipeline.py)
             return (self._run_for_real if reads else self._trace_op)(run, op_name, args, attrs, loc)
         placeholders, resources = scan_inputs(flat)
         if not placeholders and not resources and not info.stateful:

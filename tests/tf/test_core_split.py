@@ -142,3 +142,20 @@ def test_threads_the_executor_started_get_every_core_back():
     restricted = {tid: os.sched_getaffinity(int(tid)) for tid in os.listdir("/proc/self/task")
                   if os.sched_getaffinity(int(tid)) != ALLOWED}
     assert not restricted, restricted
+
+
+def test_a_process_forked_in_the_loop_gets_every_core():
+    read, write = os.pipe()
+    v = tf.Variable(1.0)
+    with Terra() as terra:
+        for i in terra.loop(range(24)):
+            v.assign_add(tf.reduce_sum(tf.ones(4)) * 1e-3)
+            if i == 20:
+                if os.fork() == 0:  # the child: report its cores, and go
+                    os.write(write, repr(sorted(os.sched_getaffinity(0))).encode())
+                    os._exit(0)
+                os.wait()
+    os.close(write)
+    with os.fdopen(read) as child:
+        assert child.read() == repr(sorted(ALLOWED))
+    assert_coexecuted(terra, at_least=0.5, last=4)

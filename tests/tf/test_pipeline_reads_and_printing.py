@@ -80,9 +80,52 @@ def _reduce_reads_a_variable(loop):
     return out, [scale.numpy()]
 
 
+def _flat_map_of_a_captured_dataset(loop):
+    """The map reading the variable is a captured dataset's: not in the flat_map's library."""
+    v = tf.Variable(1.0)
+    inner = tf.data.Dataset.range(1).map(lambda i: tf.cast(i, tf.float32) + v)
+    it = iter(tf.data.Dataset.range(100).flat_map(lambda i: inner).with_options(NO_PREFETCH))
+    w = tf.Variable(tf.ones((64, 64)) * 0.01)
+    out = []
+    for _ in loop(range(12)):
+        _graph_work(w)
+        v.assign_add(1.0)
+        out.append(float(next(it)))
+    return out, [v.numpy()]
+
+
+def _a_dataset_a_function_made(loop):
+    """A dataset a tf.function returned: its making is not known here."""
+    v = tf.Variable(1.0)
+
+    @tf.function
+    def make():
+        return tf.data.Dataset.range(100).map(lambda i: tf.cast(i, tf.float32) * v) \
+            .with_options(NO_PREFETCH)
+
+    it = iter(make())
+    out = []
+    for _ in loop(range(12)):
+        v.assign_add(1.0)
+        out.append(float(next(it)))
+    return out, [v.numpy()]
+
+
+def _reduce_runs_python(loop):
+    v = tf.Variable(1.0)
+    dataset = tf.data.Dataset.range(3)
+    out = []
+    for _ in loop(range(12)):
+        v.assign_add(1.0)
+        out.append(float(dataset.reduce(0.0, lambda a, x: a + tf.py_function(
+            lambda: float(v.numpy()), [], tf.float32))))
+    return out, [v.numpy()]
+
+
 @pytest.mark.parametrize("program", [
     _map_reads_a_variable_written_in_the_iteration, _map_writes_a_variable_a_queued_op_reads,
-    _generator_reads_a_variable, _reduce_reads_a_variable])
+    _generator_reads_a_variable, _reduce_reads_a_variable, _flat_map_of_a_captured_dataset,
+    _a_dataset_a_function_made, _reduce_runs_python])
 def test_a_pipeline_reading_state_sees_the_writes_issued_before_it(program):
     compare(program, SEGMENTS, last=6)
 
