@@ -28,17 +28,23 @@ def _graph_work(w):
     w.assign(h)
 
 
+def _steps(loop, it, v, w=None) -> list:
+    """Each step: graph work (with ``w``), a queued write of ``v``, then the pipeline's next."""
+    out = []
+    for _ in loop(range(12)):
+        if w is not None:
+            _graph_work(w)
+        v.assign_add(1.0)
+        out.append(float(next(it)))
+    return out
+
+
 def _map_reads_a_variable_written_in_the_iteration(loop):
     scale = tf.Variable(1.0)
     it = iter(tf.data.Dataset.range(100).map(lambda i: tf.cast(i, tf.float32) * scale)
               .with_options(NO_PREFETCH))
     w = tf.Variable(tf.ones((64, 64)) * 0.01)
-    out = []
-    for _ in loop(range(12)):
-        _graph_work(w)
-        scale.assign_add(1.0)
-        out.append(float(next(it)))
-    return out, [scale.numpy(), w.numpy()]
+    return _steps(loop, it, scale, w), [scale.numpy(), w.numpy()]
 
 
 def _map_writes_a_variable_a_queued_op_reads(loop):
@@ -86,12 +92,7 @@ def _flat_map_of_a_captured_dataset(loop):
     inner = tf.data.Dataset.range(1).map(lambda i: tf.cast(i, tf.float32) + v)
     it = iter(tf.data.Dataset.range(100).flat_map(lambda i: inner).with_options(NO_PREFETCH))
     w = tf.Variable(tf.ones((64, 64)) * 0.01)
-    out = []
-    for _ in loop(range(12)):
-        _graph_work(w)
-        v.assign_add(1.0)
-        out.append(float(next(it)))
-    return out, [v.numpy()]
+    return _steps(loop, it, v, w), [v.numpy()]
 
 
 def _a_dataset_a_function_made(loop):
@@ -104,11 +105,7 @@ def _a_dataset_a_function_made(loop):
             .with_options(NO_PREFETCH)
 
     it = iter(make())
-    out = []
-    for _ in loop(range(12)):
-        v.assign_add(1.0)
-        out.append(float(next(it)))
-    return out, [v.numpy()]
+    return _steps(loop, it, v), [v.numpy()]
 
 
 def _reduce_runs_python(loop):
