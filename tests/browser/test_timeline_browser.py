@@ -125,7 +125,11 @@ def _hover(page, selector: str, at: float = 0.5) -> dict:
     page.mouse.move(x, y)
     tip = page.locator(_visible(f"{TIMELINE} .terra-tip"))
     tip.wait_for(state="visible", timeout=5_000)
-    where = tip.bounding_box()
+    for _ in range(20):  # placed on the pointer's next event: a loaded machine may be a frame late
+        where = tip.bounding_box()
+        if abs(where["x"] - x) < 30 and abs(where["y"] - y) < 30:
+            break
+        page.wait_for_timeout(100)
     return {"x": x, "y": y, "tip": where, "text": tip.inner_text()}
 
 
