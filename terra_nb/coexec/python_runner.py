@@ -193,11 +193,11 @@ class PythonRunner:
         info = op_info(op_type)
         if info.function:
             learn(op_type, frame)  # its output specs, from the calling frames
-        inputs = args if attrs is not None else args[: info.n_inputs]
-        flat = flat_inputs(inputs)
         if op_type in ITERATOR_OPS:  # the input pipeline runs in Python: it may read the graph's
             reads = waits_for_graph(op_type, frame)  # writes (input_pipeline.py)
             return (self._run_for_real if reads else self._trace_op)(run, op_name, args, attrs, loc)
+        inputs = args if attrs is not None else args[: info.n_inputs]
+        flat = flat_inputs(inputs)
         placeholders, resources = scan_inputs(flat)
         if not placeholders and not resources and not info.stateful:
             if self.executor.claims_pure_calls:
