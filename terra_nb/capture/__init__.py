@@ -5,10 +5,10 @@ signature, and the recorder that turns one iteration's ops into a ``Trace``.
 The hooks' API is re-exported here: ``capture.bypass()``, ``capture.capturing(sink)``.
 """
 
+from .constants import eager_constant
 from .hooks import (
     bypass,
     capturing,
-    eager_constant,
     hold_placeholders,
     hold_until_collected,
     installed,
