@@ -263,7 +263,8 @@ def run_segment(segment: Segment, args: list, handles: dict[int, Any],
     for op in segment.ops:
         attrs = eager_attrs(op.op_type, op.attrs)
         timed = calls is not None and op_info(op.op_type).function
-        before = (after or stamp()) if timed else None
+        # ``after`` is a pending tensor: its truth would wait for the executor to reach it
+        before = (stamp() if after is None else after) if timed else None
         with _on(op.device):
             outputs = execute.execute(op.op_type, op.n_outputs, _inputs(op, env, args, handles),
                                       attrs, ctx)

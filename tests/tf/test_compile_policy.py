@@ -19,7 +19,7 @@ from terra_nb import Terra
 from terra_nb.coexec import compile_policy
 from terra_nb.coexec import graph_runner as runners
 from terra_nb.coexec.compile_policy import CALL_GAIN_S, SPIKE, CompilePolicy, compile_estimate
-from terra_nb.coexec.lower import Segment, SegmentOp, Wire
+from terra_nb.coexec.lower import Segment, SegmentOp, Wire, run_segment
 from terra_nb.coexec.rental import LOOKAHEAD
 
 # deep's call takes ~20 ms here: twice GRAPH_BOUND's 10 ms for its 5-op segment, so its runs do
@@ -436,3 +436,23 @@ def test_a_compile_is_no_run_time(monkeypatch):
     assert rents and max(rents) < 0.1, rents
     spans = [s for s in terra.spans if s.runner == "graph" and s.kind == "exec"]
     assert max(s.duration for s in spans) < 0.2
+
+
+def test_timing_the_calls_of_an_interpreted_run_never_waits_for_a_stamp():
+    # The stamps are pending tensors on the executor: asking whether one is true read it, and the
+    # loop's thread waited for the graph at every timed call of rnn-varlen's interpreted runs
+    name = total.get_concrete_function(tf.TensorSpec((4, 4), tf.float32)).name.decode()
+    total(tf.ones((4, 4)))
+    calls = tuple(SegmentOp(p, name, (), (Wire("arg", 0),), 1) for p in range(3))
+    segment = Segment(calls, (("float32", (4, 4)),), ((2, 0),))
+
+    class Stamp:
+        def __bool__(self):
+            raise AssertionError("a stamp was read as a truth value")
+
+    timings = []
+    values = run_segment(segment, [tf.ones((4, 4))], {}, timings, [], Stamp)
+    assert float(values[0]) == 16.0
+    # one stamp between two calls serves as the end of the first and the start of the next
+    assert len(timings) == 3 and all(type(s) is Stamp for pair in timings for s in pair)
+    assert timings[0][1] is timings[1][0] and timings[1][1] is timings[2][0]
