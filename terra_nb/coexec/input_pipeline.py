@@ -58,7 +58,7 @@ def waits_for_graph(op_type: str, frame: FrameType | None) -> bool:
         return False
     if op_type == "ReduceDataset":
         return True  # its reduce function is not the dataset's: not read, so assumed to read
-    dataset = _dataset_of(frame)
+    dataset = dataset_of(frame)
     return dataset is None or reads_state(dataset)
 
 
@@ -90,7 +90,7 @@ def _reads_state(op_type: str) -> bool:
     return op_def is None or op_def.is_stateful  # an op it does not know: assume it reads
 
 
-def _dataset_of(frame: FrameType | None) -> DatasetV2 | None:
+def dataset_of(frame: FrameType | None) -> DatasetV2 | None:
     """The dataset a ``self`` of TensorFlow's calling frames is, or iterates."""
     for _ in range(_FRAMES):
         if frame is None:

@@ -6,9 +6,8 @@ tracing) and answered with placeholders of the traced shapes, without computing 
 joins the pending segment, which is flushed to the GraphRunner when it grows, when Python needs a
 value (a fetch) and at the end of the iteration; a ``tf.function`` call is one such op. An op that
 needs real inputs (data-dependent output shapes, a stateful op without a variable) runs eagerly
-once the graph has caught up.
-
-The graph runs only issued ops; an unknown call is a *divergence*: the rest runs eagerly, traced."""
+once the graph has caught up. The graph runs only issued ops; an unknown call is a *divergence*:
+the rest runs eagerly, traced."""
 
 from __future__ import annotations
 
@@ -56,6 +55,7 @@ from .executor import FLUSH_AT, Executor, IssuedOp, KeptPlaceholders
 from .graph_runner import GraphRunner
 from .input_pipeline import waits_for_graph
 from .interrupts import DeferredInterrupts
+from .iterator_release import IteratorRelease
 from .pure_memo import PureOpMemo
 from .segment_executor import PythonLane, SegmentExecutor
 from .shapes import infer_entry, value_shaped
@@ -97,6 +97,7 @@ class PythonRunner:
         self._context = context.context()
         self._resizable: dict[int, bool] = {}  # variable handle id -> shape not fully defined
         self.pure = PureOpMemo()
+        self.released = IteratorRelease()  # iterators the loop drops, destroyed off its thread
 
     @property
     def state(self) -> str:
@@ -106,10 +107,6 @@ class PythonRunner:
     @state.setter
     def state(self, value: str) -> None:
         self.lane.state = value
-
-    @property
-    def stall(self) -> float:
-        return self.lane.stall
 
     @property
     def feeds(self) -> int:
@@ -132,6 +129,7 @@ class PythonRunner:
         self.lane.stall, self.lane.feeds, self.fetches = 0.0, 0, 0
         self.divergence = None
         self.pure.new_iteration()
+        self.released.sweep()
         self.path: list[int] = []  # nodes answered with placeholders this iteration
 
     def take_stall_spans(self) -> list[RunnerSpan]:
@@ -174,6 +172,7 @@ class PythonRunner:
                 plan.close()
         finally:
             self.graph.close()
+            self.released.close()
             capture.hold_until_collected(self.kept.hand_over())
 
     # -- the hook ---------------------------------------------------------------------------
@@ -195,6 +194,7 @@ class PythonRunner:
             learn(op_type, frame)  # its output specs, from the calling frames
         if op_type in ITERATOR_OPS:  # the input pipeline runs in Python: it may read the graph's
             reads = waits_for_graph(op_type, frame)  # writes (input_pipeline.py)
+            self.released.keep(op_type, args, frame)
             return (self._run_for_real if reads else self._trace_op)(run, op_name, args, attrs, loc)
         inputs = args if attrs is not None else args[: info.n_inputs]
         flat = flat_inputs(inputs)
