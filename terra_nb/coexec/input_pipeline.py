@@ -78,9 +78,14 @@ def _function_reads_state(function: Any) -> bool:
     in this one's library) may read state; so may a stateful op that is not its own."""
     if any(t.dtype in (dtypes.resource, dtypes.variant) for t in function.captured_inputs):
         return True
+    return any(_reads_state(op) for op in function_ops(function))
+
+
+def function_ops(function: Any) -> list[str]:
+    """The op types of a dataset function's graph and of the functions it calls."""
     graph_def = function.graph.as_graph_def()
     nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
-    return any(_reads_state(node.op) for node in nodes)
+    return [node.op for node in nodes]
 
 
 def _reads_state(op_type: str) -> bool:

@@ -9,9 +9,13 @@ a handle, so another thread can do it while the loop goes on.
 
 While a Terra runs, the handle of each iterator a ``get_next`` reads in the loop is kept (one
 more reference to it). At each iteration's start, a handle only this keeps (its owner dropped
-it) goes to a thread that drops it. Only iterators over their own data are kept (the dataset
-found and reading no state: ``input_pipeline.reads_state``): a pipeline that runs Python (a
-generator's, a ``py_function``'s) would run its finaliser later and on that thread. At close,
+it) goes to a thread that drops it. Only iterators whose late end nobody can see are kept: over
+their own data (the dataset found and reading no state: ``input_pipeline.reads_state``; a
+pipeline that runs Python, a generator's or a ``py_function``'s, would run its finaliser later
+and on that thread), and made of datasets known to hold nothing another iterator waits for
+(``PLAIN``, by class and by the op types its functions make datasets with: a ``cache`` being
+filled or its file's lock, a snapshot, a save would make the next iterator fail; adversarial
+review: a file cache iterated anew each iteration raised ``AlreadyExistsError``). At close,
 the thread finishes what it was handed, and the handles their owners still hold are let go:
 they are destroyed when their owners drop them, as without a Terra.
 """
@@ -19,17 +23,44 @@ they are destroyed when their owners drop them, as without a Terra.
 from __future__ import annotations
 
 import queue
+import re
 import sys
 import threading
+import weakref
 from types import FrameType
 
 from tensorflow.python.framework import dtypes, ops
 
-from .input_pipeline import dataset_of, reads_state
+from .input_pipeline import dataset_of, function_ops, reads_state
 
 # the ops that read an iterator's next element, the iterator's handle their first input
 READS_NEXT = frozenset({"IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional"})
 _KEPT_ONLY_HERE = 2  # sys.getrefcount of a handle only the dict holds (the call's argument too)
+# Datasets (``_MapDataset``, op ``ParallelMapDatasetV2``: "Map", "ParallelMap") whose iterators
+# hold nothing but their own buffers and threads
+PLAIN = frozenset({
+    "Tensor", "TensorSlice", "Range", "Map", "ParallelMap", "Batch", "ParallelBatch",
+    "PaddedBatch", "Prefetch", "FlatMap", "Interleave", "ParallelInterleave", "Repeat", "Take",
+    "Skip", "Zip", "Concatenate", "Filter", "Shuffle", "Options", "Unbatch", "Shard",
+})
+_DATASET = re.compile(r"^_?(\w+?)Dataset(V\d+)?$")
+_plain: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _kind(name: str) -> str | None:
+    match = _DATASET.match(name)
+    return match.group(1) if match else None
+
+
+def holds_nothing(dataset) -> bool:
+    """Whether ``dataset`` and the datasets it reads or makes in its functions are ``PLAIN``."""
+    verdict = _plain.get(dataset)
+    if verdict is None:
+        made = (_kind(op) for f in dataset._functions() for op in function_ops(f.function))
+        verdict = _plain[dataset] = _kind(type(dataset).__name__) in PLAIN \
+            and all(kind in PLAIN for kind in made if kind is not None) \
+            and all(holds_nothing(d) for d in dataset._inputs())
+    return verdict
 
 
 class IteratorRelease:
@@ -49,7 +80,7 @@ class IteratorRelease:
                 or handle.dtype != dtypes.resource:
             return
         dataset = dataset_of(frame)
-        if dataset is not None and not reads_state(dataset):
+        if dataset is not None and not reads_state(dataset) and holds_nothing(dataset):
             self._kept[handle._id] = handle
 
     def sweep(self) -> None:

@@ -10,6 +10,7 @@ import threading
 import weakref
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from against_eager import SEGMENTS, compare, run
 from test_coexec import graph_threads
@@ -71,3 +72,20 @@ def test_an_iterator_that_runs_python_is_destroyed_where_eager_destroys_it():
     destroyed_on.clear()
     compare(_a_generator, SEGMENTS, at_least=0.5)  # eager, then under a Terra
     assert destroyed_on == [loop_threads[0]] * 8
+
+
+def _a_cache_iterated_anew(loop, file: str = ""):
+    """A new iterator each iteration over a cache being filled (in memory, or a file whose lock
+    its writer holds): the last one must be gone before the next reads, as in eager."""
+    dataset = tf.data.Dataset.range(20).map(lambda i: i * 2).cache(file)
+    total = tf.Variable(0, dtype=tf.int64)
+    for _ in loop(range(6)):
+        iterator = iter(dataset)  # the last iteration's is dropped here
+        total.assign_add(next(iterator) + 1)
+    return int(total), [total.numpy()]
+
+
+@pytest.mark.parametrize("where", ["memory", "file"])
+def test_an_iterator_over_a_cache_is_destroyed_when_dropped(where, tmp_path):
+    file = str(tmp_path / "cache") if where == "file" else ""
+    compare(lambda loop: _a_cache_iterated_anew(loop, file), SEGMENTS, at_least=0.3)
