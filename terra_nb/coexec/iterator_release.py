@@ -68,6 +68,7 @@ class IteratorRelease:
 
     def __init__(self) -> None:
         self._kept: dict[int, ops.EagerTensor] = {}
+        self._refused: set[int] = set()  # handles judged not to keep: not looked at again
         self._dropped: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
@@ -77,11 +78,13 @@ class IteratorRelease:
             return
         handle = args[0]
         if type(handle) is not ops.EagerTensor or handle._id in self._kept \
-                or handle.dtype != dtypes.resource:
+                or handle._id in self._refused or handle.dtype != dtypes.resource:
             return
-        dataset = dataset_of(frame)
+        dataset = dataset_of(frame)  # a walk of the calling frames: once per iterator
         if dataset is not None and not reads_state(dataset) and holds_nothing(dataset):
             self._kept[handle._id] = handle
+        else:
+            self._refused.add(handle._id)
 
     def sweep(self) -> None:
         """Hand the handles whose owners dropped them to the destroying thread."""
@@ -96,6 +99,7 @@ class IteratorRelease:
         """Destroy what was handed over (waits for it) and let the other handles go."""
         self.sweep()
         self._kept.clear()
+        self._refused.clear()
         if self._thread is not None:
             self._dropped.put(None)
             self._thread.join()
