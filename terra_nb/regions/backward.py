@@ -171,12 +171,15 @@ def _op_grads(region, view: TapeView, p: int, out_grads: list, value) -> list:
     return g + [None] * (len(in_keys) - len(g))
 
 
-def propagate(region, view: TapeView, grads: dict, value) -> dict:
+def propagate(region, view: TapeView, grads: dict, value, aggregate=_aggregate,
+              grad_fns=None) -> dict:
     """tape.h ComputeGradient over ``view``: ``grads`` holds the out-grads of the outputs (value
     key -> list); returns it with the gradients of every key reached. An op of
-    ``region.grad_fns`` (a region's op on a tape) takes its gradient function from there."""
+    ``region.grad_fns`` (a region's op on a tape), or of ``grad_fns``, takes its gradient
+    function from there; ``aggregate`` sums a value's gradients in the order they came
+    (``tape_open`` follows that order with symbols)."""
     usage, missing, todo = dict(view.usage), dict(view.missing), set(view.in_set)
-    special = getattr(region, "grad_fns", {})
+    special = getattr(region, "grad_fns", {}) if grad_fns is None else grad_fns
     queue = [p for p in view.in_set if p not in missing]  # tape.h InitialStack
     while queue:  # pop the back, ready ops go to the front
         p = queue.pop()
@@ -184,7 +187,7 @@ def propagate(region, view: TapeView, grads: dict, value) -> dict:
             continue
         todo.discard(p)
         op = region.rec.ops[p]
-        out_grads = [_aggregate(grads.pop(("op", p, k), None)) for k in range(op.n_outputs)]
+        out_grads = [aggregate(grads.pop(("op", p, k), None)) for k in range(op.n_outputs)]
         fn = special.get(p, _op_grads)
         in_grads = fn(region, view, p, out_grads, value)
         for k, g in zip(map(wire_key, op.inputs), in_grads):

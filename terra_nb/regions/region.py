@@ -47,6 +47,7 @@ class FastCall(FunctionCall):
         super().__init__(cf)
         self._op_types: tuple[str, ...] | None = None
         self.body = body
+        self.opens: tuple | None = None  # B's: (region, watched arguments, saved value keys)
         # B's outputs: a list of tensors and IndexedSlices (an embedding's gradient), packed by
         # hand (nest's packing of composites builds each one's type spec: 1 ms a call)
         outputs = cf.structured_outputs
@@ -222,8 +223,11 @@ class Region:
                     # a handle or variant has no scalar filler: F keeps it, read or not
                     used = [k for k in keys if k in used or self.spec[k][0] in _UNFILLABLE]
                     saved_ops = tuple(k[1:] for k in used if k[0] == "op")
-                    hit = (self.compile_forward(saved_ops), FastCall(cf, body),
-                           self._saved(keys, used))
+                    backward = FastCall(cf, body)
+                    # what opens the hit on a tape (``tape_open``): the region, the arguments
+                    # B differentiates, and the key of each value B is given
+                    backward.opens = (self, watched, tuple(keys))
+                    hit = (self.compile_forward(saved_ops), backward, self._saved(keys, used))
             except Exception as error:  # noqa: BLE001 - the call then runs its Python
                 self.broken = f"cannot build the backward function: {error}"
                 return None

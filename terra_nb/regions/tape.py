@@ -49,6 +49,7 @@ class TapeTee(RecordingTee):
         self.first_id = None
         self.broken = ""  # why the tape's ops cannot be known from the copy
         self.regions: dict[int, tuple] = {}  # position -> (B, its saved inputs) of a region
+        self.copy = self.wired = None  # its CopyKey and TapeRecording, once ``gradient`` made them
 
     def _record(self, op_name, args, attrs, outputs) -> None:
         op_type = op_type_of(op_name)

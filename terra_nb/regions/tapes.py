@@ -48,6 +48,7 @@ from .region import _gradient as region_gradient
 from .summary import RegionRow
 from .tape import REGION_OP, TapeRecording, TapeRegion, TapeTee
 from .tape_key import CopyKey, CopyValues, arg_sources
+from .tape_open import opened_gradients
 
 _TEE = "_terra_tape_tee"  # a tape's copy, in the tape's __dict__ (it dies with the tape)
 MAX_TABLE = 64  # G functions per Terra: beyond, a recording that changes every call
@@ -60,6 +61,8 @@ FALLBACK_FACTOR = 2.0  # ... and as much again: its new op makes the next co-exe
 HIT_S = 0.0004  # a G's call, before this Terra measures its own
 UNSEEN_AFTER = 3  # calls in a row the copy cannot see, after which a call site is declined
 NAME = "GradientTape.gradient"
+OPENED = ("traced: summed in eager's order over the regions' own ops (a region's hit on the "
+          "tape would sum a gradient of three or more terms in another)")
 
 
 class Tapes:
@@ -81,6 +84,10 @@ class Tapes:
         self.matched: dict[tuple, tuple] = {}  # copy key -> (G, where its arguments are) ...
         self.passed: set[tuple] = set()  # ... or declined: TensorFlow's gradient, not wired
         self.unseen: dict[str, int] = {}  # call site -> its calls the copy could not see
+        # copy key -> whether TensorFlow's tape sums its gradients in eager's order
+        # (``tape_open``), and the call sites where one did not (their tapes stay copied)
+        self.orders: dict[tuple, bool] = {}
+        self.opened: set[str] = set()
 
     def expect_end(self, iteration: int | None) -> None:
         """The loop ends before ``iteration`` (None: not known). A new loop's length may repay
@@ -146,6 +153,9 @@ class Tapes:
                  unconnected_gradients=UnconnectedGradients.NONE):
         start = time.perf_counter()
         plain = output_gradients is None and unconnected_gradients == UnconnectedGradients.NONE
+        opened = self._eager_order(tape, target, sources, plain)
+        if opened is not None:
+            return type(sources)(opened)
         region, values, row, new = self._plan(tape, target, sources, plain)
         theirs = None
         if region is None or new is not None:  # one call site: the tape's gradient ops keep
@@ -175,12 +185,10 @@ class Tapes:
             if not self.regions.changed:  # (a Keras call traced: its ops recur no more)
                 self._unseen(tee.broken)
             return none
-        if tee is None or tape._tape is None or not plain \
-                or type(sources) not in (list, tuple) or not isinstance(target, tf.Tensor) \
-                or self.regions.changed:  # a region traced or formed: not the next call's ops
-            return none
-        handles = [backprop._handle_or_self(s) for s in sources]
-        if not all(isinstance(h, tf.Tensor) and h.dtype == tf.resource for h in handles):
+        # a region traced or formed: not the next call's ops
+        handles = None if tee is None or self.regions.changed else _handles(
+            tape, target, sources, plain)
+        if handles is None:
             return none
         row = self._row()
         if row.state == "refused" or row.source in self.declined:
@@ -192,13 +200,13 @@ class Tapes:
             return none
         watched = frozenset(v.handle._id for v in tape.watched_variables())
         try:
-            copy = CopyKey(tee, target, watched, handles)
+            copy = tee.copy or CopyKey(tee, target, watched, handles)
             matched = self.matched.get(copy.key)
             if matched is not None:  # the guard: no wiring
                 return matched[0], CopyValues(copy, matched[1]), row, None
             if copy.key in self.passed:
                 return none
-            rec = TapeRecording(tee, target, watched)
+            rec = tee.wired or TapeRecording(tee, target, watched)
         except Exception:  # noqa: BLE001 - an op the copy cannot wire: TensorFlow's gradient
             return none
         src = rec.source_keys(handles)
@@ -211,6 +219,30 @@ class Tapes:
         if row.state == "formed":
             row.misses += 1  # other ops or specs than those of its G functions
         return self._rent(key, copy, rec, src, row, type(target) is Placeholder)
+
+    def _eager_order(self, tape, target, sources, plain: bool) -> list | None:
+        """The gradients computed over the opened copy (``tape_open``) where TensorFlow's tape,
+        holding a region's hit, would sum some in another order than eager's; None where its
+        order is eager's (or the copy cannot tell: it cannot see the whole tape)."""
+        tee = tape.__dict__.get(_TEE)
+        handles = None if tee is None or tee.broken or not tee.regions else _handles(
+            tape, target, sources, plain)
+        if handles is None:
+            return None
+        if tape._recording:
+            tape._pop_tape()
+        if record.could_possibly_record():  # another tape records the gradient: higher order
+            return None
+        watched = frozenset(v.handle._id for v in tape.watched_variables())
+        grads = opened_gradients(tee, target, watched, handles, self.orders)
+        if grads is None:
+            return None
+        row = self._row()
+        self.opened.add(row.source)  # never declined: its tapes must be copied
+        row.note(OPENED)
+        tape.__dict__.pop(_TEE, None)
+        tape._watched_variables, tape._tape = tape._tape.watched_variables(), None
+        return grads
 
     def _rent(self, key: tuple, copy: CopyKey, rec: TapeRecording, src: tuple,
               row: RegionRow, coexecuting: bool) -> tuple:
@@ -300,6 +332,8 @@ class Tapes:
             self._decline_site(row, f"the copy cannot see {reason}")
 
     def _decline_site(self, row: RegionRow, why: str) -> None:
+        if row.source in self.opened:
+            return
         row.note(f"declined: {why}")
         self.declined.add(row.source)
         self.resting = all(key[1] in self.declined for key in self.rows if key[0] == "tape")
@@ -329,6 +363,18 @@ class Tapes:
         self.calls[fn.name] = RegionCall(fn.name, NAME, "backward", row.source, row.call,
                                          fn.op_types())
         return type(theirs)(mine)
+
+
+def _handles(tape, target, sources, plain: bool) -> list | None:
+    """The handles of ``sources`` if the call is one a copy can answer: a plain gradient of a
+    tensor, on a tape that still holds its ops, for a list or tuple of variables."""
+    if tape._tape is None or not plain or type(sources) not in (list, tuple) \
+            or not isinstance(target, tf.Tensor):
+        return None
+    handles = [backprop._handle_or_self(s) for s in sources]
+    if not all(isinstance(h, tf.Tensor) and h.dtype == tf.resource for h in handles):
+        return None
+    return handles
 
 
 def _estimate(rec: TapeRecording) -> float:

@@ -1,0 +1,276 @@
+"""A tape's copy with each region's hit opened up (the region's own ops in place of its one op),
+and whether TensorFlow's tape sums the gradients in eager's order.
+
+TensorFlow's tape (tape.h ComputeGradient) sums the gradients a value receives in the order they
+come: ops are processed from the target in a queue, and an op goes in once every consumer of its
+outputs has given its gradients. A region's hit is one op on the tape, so the gradients its B
+gives arrive when that op is processed, summed apart inside B, not when eager's ops (deeper on
+the tape) would have given them. A float sum of three terms or more depends on their order: a
+model called twice in a step with a weight penalty written out (three gradients per weight, two
+from hits and one from plain ops) trained 1 ulp away from eager from its second step.
+
+``OpenedTape`` wires a copy as eager's tape holds it: each hit's recorded ops, their values what
+the hit saved for its B, so ``backward.propagate`` over it follows eager's order. ``same_sums``
+follows both orders with symbols (no TensorFlow op runs): per source, the tree of additions its
+gradient is made of, each addition either way round (a float addition is commutative, not
+associative). Where a tree differs, ``replay`` computes the gradients over the opened copy, op by
+op, as eager's tape does.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+from tensorflow.python.eager import backprop
+
+from ..coexec.lower import SegmentOp, Wire
+from .backward import ACCEPTS_NONE, _grad_fn, propagate, tape_view, wire_key
+from .tape import REGION_OP, TapeRecording, TapeTee, is_filler
+from .tape_key import CopyKey
+
+MAX_ORDERS = 256  # verdicts kept per Terra (by copy key)
+
+
+class OpenedTape:
+    """A wired copy (``TapeRecording``) with every region's op replaced by the region's ops, read
+    by ``backward`` as a region is (``rec``, ``ops``, ``paused``, ``trainable``, ``outs``, ``spec``,
+    ``dtype``, ``captures``)."""
+
+    def __init__(self, copy: TapeRecording) -> None:
+        self.copy = copy
+        self.ops: list[SegmentOp] = []
+        self.paused: list[bool] = []
+        self.origin: list[tuple] = []  # per op: ("outer", p) the copy's op p, ("inner", p, j)
+        self.spec: dict = {}
+        self.trainable, self.captures = copy.trainable, copy.captures
+        self._source: dict = {}  # value key -> ("copy", the copy's key) | ("raw", value) | None
+        self._moved: dict = {}  # the copy's op output key -> its wire here
+        self._consts = 0
+        for p, op in enumerate(copy.ops):
+            if op.op_type == REGION_OP:
+                self._open(p, op)
+            else:
+                inputs = [self._outer(w) for w in op.inputs]
+                q = self._add(("outer", p), op, inputs, copy.paused[p],
+                              [("copy", ("op", p, k)) for k in range(op.n_outputs)],
+                              [copy.spec[("op", p, k)] for k in range(op.n_outputs)])
+                for k in range(op.n_outputs):
+                    self._moved[("op", p, k)] = Wire("op", q, k)
+        self.outs = [self._outer(w) for w in copy.outs]
+
+    @property
+    def rec(self) -> OpenedTape:
+        return self
+
+    def dtype(self, key: tuple) -> str:
+        return self.copy.dtype(key) if key[0] == "var" else self.spec[key][0]
+
+    def _outer(self, w: Wire) -> Wire:
+        return self._moved[wire_key(w)] if w.kind == "op" else w
+
+    def _add(self, origin: tuple, op: SegmentOp, inputs: list, paused: bool, sources: list,
+             specs: list) -> int:
+        q = len(self.ops)
+        self.ops.append(SegmentOp(q, op.op_type, op.attrs, tuple(inputs), op.n_outputs))
+        self.paused.append(paused)
+        self.origin.append(origin)
+        for k, (source, spec) in enumerate(zip(sources, specs)):
+            self._source[("op", q, k)] = source
+            self.spec[("op", q, k)] = spec
+        return q
+
+    def _open(self, p: int, op: SegmentOp) -> None:
+        """The region's ops in place of its op ``p``: its watched arguments and trained
+        variables are the op's inputs, its outputs the op's outputs, any other value it reads
+        what the hit saved for B (or nothing: B does not read it)."""
+        region, watched, keys = self.copy.backwards[p].opens
+        saved = {k: self._saved(w) for k, w in zip(keys, self.copy.saved_wires[p])}
+        inner = {("arg", i): self._outer(op.inputs[n]) for n, i in enumerate(watched)}
+        inner.update({("var", k): self._outer(op.inputs[len(watched) + n])
+                      for n, k in enumerate(region.trainable)})
+        outs = {wire_key(w): m for m, w in enumerate(region.outs)}
+        at: dict[int, int] = {}  # the region's op position -> its position here
+        for j, rop in enumerate(region.rec.ops):
+            inputs = [self._inner(w, region, inner, saved, at) for w in rop.inputs]
+            keys_out = [("op", j, k) for k in range(rop.n_outputs)]
+            sources = [("copy", ("op", p, outs[k])) if k in outs else saved.get(k)
+                       for k in keys_out]
+            at[j] = self._add(("inner", p, j), rop, inputs,
+                              region.rec.paused[j] or self.copy.paused[p], sources,
+                              [region.spec[k] for k in keys_out])
+        for m, w in enumerate(region.outs):
+            self._moved[("op", p, m)] = self._inner(w, region, inner, saved, at)
+
+    @staticmethod
+    def _saved(w) -> tuple | None:
+        """Where a value B is given comes from in the copy (None: a filler, B does not read it)."""
+        return ("copy", wire_key(w)) if isinstance(w, Wire) else None
+
+    def _inner(self, w: Wire, region, inner: dict, saved: dict, at: dict) -> Wire:
+        if w.kind == "op":
+            return Wire("op", at[w.index], w.output)
+        key = wire_key(w)
+        if key in inner:
+            return inner[key]
+        # not on the tape: an argument the tape did not watch, a constant, an untrained variable
+        n, self._consts = self._consts, self._consts + 1
+        if w.kind == "arg":
+            self._source[("const", n)], self.spec[("const", n)] = saved.get(key), region.spec[key]
+        else:
+            value = region.rec.captures[w.index]
+            self._source[("const", n)] = ("raw", value)
+            self.spec[("const", n)] = (value.dtype.name, tuple(value.shape))
+        return Wire("const", n)
+
+    def value(self, key: tuple):
+        """This call's value of ``key`` (zeros of its spec where nothing kept it: only its
+        shape is read)."""
+        source = self._source.get(key, ("copy", key))
+        if source is not None and source[0] == "copy":
+            x = self.captures[source[1][1]] if source[1][0] == "var" else self.copy.value(
+                source[1])
+            source = None if is_filler(x) else ("raw", x)
+        if source is None:
+            dtype, shape = self.spec[key]
+            return tf.zeros(shape, dtype)
+        x = source[1]
+        return x if isinstance(x, tf.Tensor) else tf.constant(x)
+
+
+class _Values:
+    """``backward``'s value reader over an opened copy."""
+
+    def __init__(self, opened: OpenedTape) -> None:
+        self.opened, self._seen = opened, {}
+
+    def zeros(self, shape, dtype: str):
+        return tf.zeros(shape, dtype)
+
+    def __call__(self, key: tuple):
+        if key not in self._seen:
+            self._seen[key] = self.opened.value(key)
+        return self._seen[key]
+
+
+def _sum(gs):
+    return None if not gs else backprop._aggregate_grads(gs)
+
+
+def replay(opened: OpenedTape, sources: tuple) -> list:
+    """The gradients of ``sources`` (capture keys; None: never read) in eager's order, op by op:
+    TensorFlow's gradient functions on the values of the copy and of the hits."""
+    view = tape_view(opened, ())
+    target = wire_key(opened.outs[0])
+    dtype, shape = opened.spec[target]
+    grads = propagate(opened, view, {target: [tf.ones(shape, dtype)]}, _Values(opened),
+                      aggregate=_sum)
+    return [None if k is None else _sum(grads.get(("var", k))) for k in sources]
+
+
+# -- the order of the sums, with symbols ------------------------------------------------------
+
+
+class _Sums:
+    """Gradients as symbols (numbers): one per distinct way of being made."""
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple, int] = {}
+
+    def sym(self, *parts) -> int:
+        return self._ids.setdefault(parts, len(self._ids))
+
+    def fold(self, gs: list | None) -> int | None:
+        """Their sum as the tape makes it: add_n adds from the left; each addition either way
+        round."""
+        if not gs:
+            return None
+        acc = gs[0]
+        for g in gs[1:]:
+            acc = self.sym("+", min(acc, g), max(acc, g))
+        return acc
+
+
+class _Every:
+    """``propagate``'s gradient functions: ``make(p)`` for every op position."""
+
+    def __init__(self, make) -> None:
+        self.make = make
+
+    def get(self, p: int, default=None):
+        return self.make(p)
+
+
+def _symbolic_op(sums: _Sums, origin: tuple):
+    """An op's gradient function in symbols: what ``backward._op_grads`` gives, by kind."""
+
+    def fn(region, view, p: int, out_grads: list, value) -> list:
+        op = region.rec.ops[p]
+        if all(g is None for g in out_grads) or _grad_fn(op.op_type) is None:
+            return [None] * len(op.inputs)
+        accepts = ACCEPTS_NONE.get(op.op_type, ())
+        filled = tuple(sums.sym("zeros", origin, k) if g is None and k not in accepts else g
+                       for k, g in enumerate(out_grads))
+        made = sums.sym("op", origin, filled)
+        return [sums.sym("d", made, i) if wire_key(w) in view.on_tape else None
+                for i, w in enumerate(op.inputs)]
+
+    return fn
+
+
+def _symbolic_hit(sums: _Sums, copy: TapeRecording, p: int):
+    """A region's op on TensorFlow's tape in symbols: zeros for the out-grads it did not get,
+    B's own propagation over its ops, zeros for an input B gives nothing (``_result``)."""
+    region, watched, _ = copy.backwards[p].opens
+
+    def fn(rec, view, q: int, out_grads: list, value) -> list:
+        if all(g is None for g in out_grads):
+            return [None] * len(copy.ops[p].inputs)
+        grads: dict = {}
+        for k, (w, g) in enumerate(zip(region.outs, out_grads)):
+            grads.setdefault(wire_key(w), []).append(
+                sums.sym("zeros", ("outer", p), k) if g is None else g)
+        inner = _Every(lambda j: _symbolic_op(sums, ("inner", p, j)))
+        propagate(region, tape_view(region, watched), grads, None, sums.fold, inner)
+        res = [sums.fold(grads.get(("arg", i))) for i in watched]
+        res += [sums.fold(grads.get(("var", k))) for k in region.trainable]
+        return [sums.sym("zeros", ("outer", p), "in", i) if g is None else g
+                for i, g in enumerate(res)]
+
+    return fn
+
+
+def same_sums(copy: TapeRecording, opened: OpenedTape, sources: tuple) -> bool:
+    """Whether TensorFlow's tape over ``copy`` (hits as one op each) and eager's (``opened``)
+    make each source's gradient of the same additions in the same order."""
+    sums = _Sums()
+    out = []
+    for rec, make in ((copy, lambda p: _symbolic_hit(sums, copy, p)
+                       if copy.ops[p].op_type == REGION_OP
+                       else _symbolic_op(sums, ("outer", p))),
+                      (opened, lambda q: _symbolic_op(sums, opened.origin[q]))):
+        target = wire_key(rec.outs[0])
+        grads = propagate(rec, tape_view(rec, ()), {target: [sums.sym("ones")]}, None,
+                          sums.fold, _Every(make))
+        out.append([None if k is None else sums.fold(grads.get(("var", k))) for k in sources])
+    return out[0] == out[1]
+
+
+def opened_gradients(tee: TapeTee, target, watched: frozenset, handles: list,
+                     orders: dict) -> list | None:
+    """The gradients of ``handles`` computed over the opened copy where TensorFlow's tape would
+    sum some in another order than eager's; None where its order is eager's, or where the copy
+    cannot be opened (TensorFlow's gradient then). ``orders`` keeps each copy key's verdict;
+    the copy's key and wiring are left on ``tee`` for the tape region's guard and rent."""
+    try:
+        copy = tee.copy = CopyKey(tee, target, watched, handles)
+        same = orders.get(copy.key)
+        if same is True:
+            return None
+        rec = tee.wired = TapeRecording(tee, target, watched)
+        opened, keys = OpenedTape(rec), rec.source_keys(handles)
+        if same is None:
+            if len(orders) >= MAX_ORDERS:
+                orders.clear()
+            same = orders[copy.key] = same_sums(rec, opened, keys)
+        return None if same else replay(opened, keys)
+    except Exception:  # noqa: BLE001 - a copy it cannot open: TensorFlow's gradient
+        return None

@@ -1,0 +1,120 @@
+"""A region's hit on a gradient tape sums the gradients in eager's order (``regions/tape_open``).
+
+TensorFlow's tape sums the gradients a value receives in the order its consumers are processed;
+a region's hit is one op there, and its gradients came earlier than eager's ops deeper on the tape
+would give them. With three or more terms the float sum differed from eager's by an ulp, and the
+weights drifted from then on. Each test compares with plain eager execution bit for bit and
+asserts what ran: the regions hit, the co-executed share, and where the tape's gradients were
+summed over the regions' own ops.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+from region_programs import compare, formed, rows
+
+from terra_nb.regions import tape_open, tapes
+
+REGIONS = {"regions": True}
+
+
+def _sums(monkeypatch) -> dict:
+    """Count the verdicts and the gradients computed over the opened copy."""
+    counts = {"same": 0, "other": 0, "replayed": 0}
+    same_sums, replay = tape_open.same_sums, tape_open.replay
+
+    def judged(*args):
+        same = same_sums(*args)
+        counts["same" if same else "other"] += 1
+        return same
+
+    def replayed(*args):
+        counts["replayed"] += 1
+        return replay(*args)
+
+    monkeypatch.setattr(tape_open, "same_sums", judged)
+    monkeypatch.setattr(tape_open, "replay", replayed)
+    return counts
+
+
+def twice_and_penalty(penalty: bool = True, steps: int = 8):
+    """A model called on two batches in a step, and a weight penalty written out: each weight's
+    gradient sums two hits' and the penalty's."""
+
+    def program(loop):
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
+                                  keras.layers.Dense(1)])
+        opt = keras.optimizers.SGD(0.05)
+        rng = np.random.default_rng(0)
+        losses = []
+        for _ in loop(range(steps)):
+            a = rng.normal(size=(16, 6)).astype("float32")
+            b = rng.normal(size=(16, 6)).astype("float32")
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(model(a) ** 2) + tf.reduce_mean((model(b) - 1.0) ** 2)
+                if penalty:
+                    loss += 1e-3 * tf.add_n([tf.reduce_sum(w ** 2) for w in model.weights])
+            grads = tape.gradient(loss, model.trainable_weights)
+            opt.apply_gradients(zip(grads, model.trainable_weights))
+            losses.append(float(loss))
+        return losses, [v.numpy() for v in model.weights]
+
+    return program
+
+
+def test_two_hits_and_a_penalty_sum_in_eagers_order(monkeypatch):
+    counts = _sums(monkeypatch)
+    terra, _, _ = compare(twice_and_penalty(), {"mode": "coexec", **REGIONS})
+    assert formed(terra, "Sequential.__call__").hits >= 8  # two hits a step, co-executed too
+    assert counts["other"] >= 1 and counts["replayed"] >= 6  # every step's tape with hits
+    tape_row = rows(terra, "GradientTape.gradient")[0]
+    assert tape_row.reason == tapes.OPENED
+
+
+def test_hits_whose_sums_keep_eagers_order_keep_the_tapes_gradient(monkeypatch):
+    """Without the penalty each weight's gradient has two terms: TensorFlow's tape gives eager's
+    bits, so nothing is computed again, and the tape's G forms."""
+    counts = _sums(monkeypatch)
+    terra, _, _ = compare(twice_and_penalty(penalty=False), {"mode": "coexec", **REGIONS})
+    assert formed(terra, "Sequential.__call__").hits >= 8
+    assert counts["same"] >= 1 and counts["other"] == 0 and counts["replayed"] == 0
+
+
+def test_a_model_called_with_two_specs_while_its_regions_form(monkeypatch):
+    """Three calls of one model a step (a float64 batch, a float32 one, a cast one): the hits
+    of the float32 region and the traced float64 call meet on one tape (the adversarial
+    review's program, 1 ulp off eager from the second step before)."""
+    counts = _sums(monkeypatch)
+
+    def program(loop):
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3)])
+        opt = keras.optimizers.SGD(0.05)
+        rng = np.random.default_rng(0)
+        big = rng.normal(size=(40, 12))
+        losses = []
+        for i in loop(range(6)):
+            x64 = big[i:i + 4, ::2]
+            xf = np.asfortranarray(rng.normal(size=(4, 6)).astype("float32"))
+            xi = rng.integers(-5, 5, size=(4, 6))
+            with tf.GradientTape() as tape:
+                y = model(x64) + model(xf) + model(tf.cast(xi, tf.float32))
+                loss = tf.reduce_mean(y ** 2) * 2.5
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            losses.append(float(loss))
+        return losses, [v.numpy() for v in model.weights]
+
+    terra, _, _ = compare(program, {"mode": "coexec", **REGIONS}, at_least=0.3)
+    assert formed(terra, "Sequential.__call__").hits >= 4
+    assert counts["other"] >= 1 and counts["replayed"] >= 1
+
+
+def test_symbols_tell_the_orders_apart():
+    """``same_sums`` on its own: the fold of three terms is not the fold of another order, two
+    terms sum alike either way round."""
+    sums = tape_open._Sums()
+    a, b, c = sums.sym("a"), sums.sym("b"), sums.sym("c")
+    assert sums.fold([a, b]) == sums.fold([b, a])
+    assert sums.fold([a, b, c]) != sums.fold([c, a, b])
+    assert sums.fold([a, b, c]) == sums.fold([b, a, c])
+    assert sums.fold([]) is None and sums.fold([c]) == c
