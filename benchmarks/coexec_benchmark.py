@@ -88,6 +88,31 @@ def make_mlp(width, batch, python_in_step):
     return build
 
 
+def make_penalty():
+    """An MLP called on two batches a step, its weight penalty written out: each weight's
+    gradient sums three terms, which a region's hit on the tape would sum in another order than
+    eager's (``regions/eager_order.py``)."""
+
+    def build():
+        model, opt, data = mlp_setup(64, 32)
+        pairs = [(data[i][0], data[(i + 3) % len(data)][0]) for i in range(len(data))]
+
+        def step(a, b):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(model(a) ** 2) + tf.reduce_mean((model(b) - 1.0) ** 2)
+                loss += 1e-4 * tf.add_n([tf.reduce_sum(w ** 2) for w in model.weights])
+            grads = tape.gradient(loss, model.trainable_weights)
+            opt.apply_gradients(zip(grads, model.trainable_weights))
+            return loss
+
+        def loop_body(item):
+            read(step(*item))
+
+        return pairs, loop_body, step
+
+    return build
+
+
 def make_functions():
     """The MLP step made of four user tf.functions (model, loss, gradient scaling, optimizer),
     the loss read every 10 steps: function calls are graph work in co-execution."""
@@ -272,6 +297,7 @@ LOOPS = {
     "mlp-python": make_mlp(256, 128, python_in_step=True),
     "mlp-small": make_mlp(32, 16, python_in_step=False),
     "mlp-functions": make_functions(),
+    "mlp-penalty": make_penalty(),
     "cnn": make_cnn(),
     "attention": make_attention(),
     "gru": make_gru(),

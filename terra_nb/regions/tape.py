@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python import pywrap_tfe
 from tensorflow.python.framework import ops as tf_ops
+from tensorflow.python.framework.indexed_slices import IndexedSlices
 
 from .. import capture
 from ..capture.attrs import split_inputs
@@ -245,3 +246,15 @@ class TapeRegion:
     def run(self, rec: TapeRecording | CopyValues) -> list:
         """The sources' gradients for this call's values, as graph work."""
         return self.arrange(self.fn.packed(*self.inputs(rec)) if self.connected else ())
+
+
+def same_bits(a, b) -> bool:
+    """Bit for bit: both None, or equal values (an IndexedSlices: its values and indices)."""
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, IndexedSlices) or isinstance(b, IndexedSlices):
+        return (type(a) is type(b) and same_bits(a.values, b.values)
+                and same_bits(a.indices, b.indices))
+    x, y = np.asarray(a), np.asarray(b)
+    return x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes()
+

@@ -24,10 +24,7 @@ from tensorflow.python.eager import backprop
 
 from ..coexec.lower import SegmentOp, Wire
 from .backward import ACCEPTS_NONE, _grad_fn, propagate, tape_view, wire_key
-from .tape import REGION_OP, TapeRecording, TapeTee, is_filler
-from .tape_key import CopyKey
-
-MAX_ORDERS = 256  # verdicts kept per Terra (by copy key)
+from .tape import REGION_OP, TapeRecording, is_filler
 
 
 class OpenedTape:
@@ -40,8 +37,9 @@ class OpenedTape:
         self.ops: list[SegmentOp] = []
         self.paused: list[bool] = []
         self.origin: list[tuple] = []  # per op: ("outer", p) the copy's op p, ("inner", p, j)
-        self.spec: dict = {}
+        self.spec: dict = {k: s for k, s in copy.spec.items() if k[0] == "arg"}
         self.trainable, self.captures = copy.trainable, copy.captures
+        self.saved_wires: dict = {}  # (no region's op: every op is its own)
         self._source: dict = {}  # value key -> ("copy", the copy's key) | ("raw", value) | None
         self._moved: dict = {}  # the copy's op output key -> its wire here
         self._consts = 0
@@ -121,19 +119,35 @@ class OpenedTape:
             self.spec[("const", n)] = (value.dtype.name, tuple(value.shape))
         return Wire("const", n)
 
-    def value(self, key: tuple):
-        """This call's value of ``key`` (zeros of its spec where nothing kept it: only its
-        shape is read)."""
+    def kept(self, key: tuple) -> bool:
+        """Whether this call kept ``key``'s value (not only its spec)."""
+        return self._source.get(key, ("copy", key)) is not None
+
+    def value(self, key: tuple, copy=None):
+        """The value of ``key`` in the call of ``copy`` (the copy's values: a ``TapeRecording``
+        or the ``CopyValues`` of a copy with its key; this one's by default), zeros of its spec
+        where nothing kept it (only its shape is read)."""
         source = self._source.get(key, ("copy", key))
         if source is not None and source[0] == "copy":
-            x = self.captures[source[1][1]] if source[1][0] == "var" else self.copy.value(
-                source[1])
+            x = self.captures[source[1][1]] if source[1][0] == "var" else (
+                copy or self.copy).value(source[1])
             source = None if is_filler(x) else ("raw", x)
         if source is None:
             dtype, shape = self.spec[key]
             return tf.zeros(shape, dtype)
         x = source[1]
         return x if isinstance(x, tf.Tensor) else tf.constant(x)
+
+
+class Bound:
+    """An opened copy's values in another call with the same copy key (``rec.value`` as a tape
+    region reads it)."""
+
+    def __init__(self, opened: OpenedTape, copy) -> None:
+        self.opened, self.copy = opened, copy
+
+    def value(self, key: tuple):
+        return self.opened.value(key, self.copy)
 
 
 class _Values:
@@ -253,24 +267,3 @@ def same_sums(copy: TapeRecording, opened: OpenedTape, sources: tuple) -> bool:
         out.append([None if k is None else sums.fold(grads.get(("var", k))) for k in sources])
     return out[0] == out[1]
 
-
-def opened_gradients(tee: TapeTee, target, watched: frozenset, handles: list,
-                     orders: dict) -> list | None:
-    """The gradients of ``handles`` computed over the opened copy where TensorFlow's tape would
-    sum some in another order than eager's; None where its order is eager's, or where the copy
-    cannot be opened (TensorFlow's gradient then). ``orders`` keeps each copy key's verdict;
-    the copy's key and wiring are left on ``tee`` for the tape region's guard and rent."""
-    try:
-        copy = tee.copy = CopyKey(tee, target, watched, handles)
-        same = orders.get(copy.key)
-        if same is True:
-            return None
-        rec = tee.wired = TapeRecording(tee, target, watched)
-        opened, keys = OpenedTape(rec), rec.source_keys(handles)
-        if same is None:
-            if len(orders) >= MAX_ORDERS:
-                orders.clear()
-            same = orders[copy.key] = same_sums(rec, opened, keys)
-        return None if same else replay(opened, keys)
-    except Exception:  # noqa: BLE001 - a copy it cannot open: TensorFlow's gradient
-        return None

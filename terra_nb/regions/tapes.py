@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import backprop, record
-from tensorflow.python.framework.indexed_slices import IndexedSlices
 from tensorflow.python.ops.unconnected_gradients import UnconnectedGradients
 
 from .. import capture
@@ -44,11 +42,11 @@ from ..capture.placeholder import Placeholder
 from ..coexec.compile_policy import ops_to_compile
 from ..coexec.rental import Rental
 from ..trace.tracegraph import RegionCall
+from .eager_order import EagerOrder
 from .region import _gradient as region_gradient
 from .summary import RegionRow
-from .tape import REGION_OP, TapeRecording, TapeRegion, TapeTee
+from .tape import REGION_OP, TapeRecording, TapeRegion, TapeTee, same_bits
 from .tape_key import CopyKey, CopyValues, arg_sources
-from .tape_open import opened_gradients
 
 _TEE = "_terra_tape_tee"  # a tape's copy, in the tape's __dict__ (it dies with the tape)
 MAX_TABLE = 64  # G functions per Terra: beyond, a recording that changes every call
@@ -84,9 +82,9 @@ class Tapes:
         self.matched: dict[tuple, tuple] = {}  # copy key -> (G, where its arguments are) ...
         self.passed: set[tuple] = set()  # ... or declined: TensorFlow's gradient, not wired
         self.unseen: dict[str, int] = {}  # call site -> its calls the copy could not see
-        # copy key -> whether TensorFlow's tape sums its gradients in eager's order
-        # (``tape_open``), and the call sites where one did not (their tapes stay copied)
-        self.orders: dict[tuple, bool] = {}
+        # tapes TensorFlow would sum in another order than eager's (``eager_order``), and the
+        # call sites where one was (their tapes stay copied)
+        self.eager = EagerOrder(self, _estimate)
         self.opened: set[str] = set()
 
     def expect_end(self, iteration: int | None) -> None:
@@ -234,12 +232,18 @@ class Tapes:
         if record.could_possibly_record():  # another tape records the gradient: higher order
             return None
         watched = frozenset(v.handle._id for v in tape.watched_variables())
-        grads = opened_gradients(tee, target, watched, handles, self.orders)
-        if grads is None:
+        answer = self.eager.gradients(tee, target, watched, handles)
+        if answer is None:
             return None
+        grads, region, new = answer
         row = self._row()
         self.opened.add(row.source)  # never declined: its tapes must be copied
-        row.note(OPENED)
+        if new:
+            self._form(row, region)
+        elif region is not None:
+            row.hits += 1
+        else:
+            row.note(OPENED)
         tape.__dict__.pop(_TEE, None)
         tape._watched_variables, tape._tape = tape._tape.watched_variables(), None
         return grads
@@ -346,7 +350,7 @@ class Tapes:
         build took; ``ran``: its first run's."""
         key, copy, rec, rental, built = new
         with capture.bypass(), capture.quiet_reads():  # terra-nb's check: no program read
-            same = all(_same(a, b) for a, b in zip(mine, theirs))
+            same = all(same_bits(a, b) for a, b in zip(mine, theirs))
         self.pending.pop(key, None)
         self.regions.came(key)
         if rental.estimate > 0:  # later estimates scaled to what this one measured
@@ -358,11 +362,15 @@ class Tapes:
             return theirs
         self.table[key] = region
         self._match(copy, rec, region)
+        self._form(row, region)
+        return type(theirs)(mine)
+
+    def _form(self, row: RegionRow, region: TapeRegion) -> None:
+        """``region`` (a G) answers ``row``'s call site: the views name its op."""
         row.form(region.n_ops)
         fn = region.fn
         self.calls[fn.name] = RegionCall(fn.name, NAME, "backward", row.source, row.call,
                                          fn.op_types())
-        return type(theirs)(mine)
 
 
 def _handles(tape, target, sources, plain: bool) -> list | None:
@@ -381,14 +389,4 @@ def _estimate(rec: TapeRecording) -> float:
     """Seconds forming ``rec``'s G is estimated to cost: its trace and first run, and the
     fallback its new op causes."""
     return FALLBACK_FACTOR * (FORM_BASE_S + FORM_PER_OP_S * ops_to_compile(rec.ops))
-
-
-def _same(a, b) -> bool:
-    """Bit for bit: both None, or equal values (an IndexedSlices: its values and indices)."""
-    if a is None or b is None:
-        return a is None and b is None
-    if isinstance(a, IndexedSlices) or isinstance(b, IndexedSlices):
-        return type(a) is type(b) and _same(a.values, b.values) and _same(a.indices, b.indices)
-    x, y = np.asarray(a), np.asarray(b)
-    return x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes()
 

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 from region_programs import compare, formed, rows
 
-from terra_nb.regions import tape_open, tapes
+from terra_nb.regions import eager_order, tape_open, tapes
 
 REGIONS = {"regions": True}
 
@@ -21,7 +21,7 @@ REGIONS = {"regions": True}
 def _sums(monkeypatch) -> dict:
     """Count the verdicts and the gradients computed over the opened copy."""
     counts = {"same": 0, "other": 0, "replayed": 0}
-    same_sums, replay = tape_open.same_sums, tape_open.replay
+    same_sums, replay = eager_order.same_sums, eager_order.replay
 
     def judged(*args):
         same = same_sums(*args)
@@ -32,8 +32,8 @@ def _sums(monkeypatch) -> dict:
         counts["replayed"] += 1
         return replay(*args)
 
-    monkeypatch.setattr(tape_open, "same_sums", judged)
-    monkeypatch.setattr(tape_open, "replay", replayed)
+    monkeypatch.setattr(eager_order, "same_sums", judged)
+    monkeypatch.setattr(eager_order, "replay", replayed)
     return counts
 
 
@@ -69,6 +69,20 @@ def test_two_hits_and_a_penalty_sum_in_eagers_order(monkeypatch):
     assert counts["other"] >= 1 and counts["replayed"] >= 6  # every step's tape with hits
     tape_row = rows(terra, "GradientTape.gradient")[0]
     assert tape_row.reason == tapes.OPENED
+
+
+def test_their_g_forms_over_the_opened_copy(monkeypatch):
+    """Once its formation pays (free here), G compiled over the opened copy answers the calls:
+    checked against the replay bit for bit, and named on the tape's row."""
+    monkeypatch.setattr(tapes, "FORM_BASE_S", 0.0)
+    monkeypatch.setattr(tapes, "FORM_PER_OP_S", 0.0)
+    counts = _sums(monkeypatch)
+    terra, _, _ = compare(twice_and_penalty(steps=14), {"mode": "coexec", **REGIONS})
+    assert formed(terra, "Sequential.__call__").hits >= 14
+    tape_row = formed(terra, "GradientTape.gradient")
+    assert tape_row.hits >= 4 and counts["replayed"] <= 14 - tape_row.hits
+    calls = [c for c in terra.graph.region_calls if c.name == "GradientTape.gradient"]
+    assert calls and all(c.kind == "backward" for c in calls)
 
 
 def test_hits_whose_sums_keep_eagers_order_keep_the_tapes_gradient(monkeypatch):
