@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 
+from .. import capture
 from ..capture.placeholder import Placeholder
 from ..coexec.rental import Rental
 from .tape import TapeRecording, TapeRegion, TapeTee, same_bits
@@ -58,14 +59,17 @@ class EagerOrder:
             return None
         start = time.perf_counter()
         grads = replay(opened, keys)
-        region = self._rent(copy, rec, opened, keys, grads, time.perf_counter() - start,
+        formed = self._rent(copy, rec, opened, keys, grads, time.perf_counter() - start,
                             type(target) is Placeholder)
-        return grads, region, region is not None
+        if formed is None:
+            return grads, None, False
+        region, mine = formed  # G's op is in this iteration's trace: its next call is known
+        return mine, region, True
 
     def _rent(self, copy: CopyKey, rec: TapeRecording, opened: OpenedTape, keys: tuple,
-              grads: list, seconds: float, coexecuting: bool) -> TapeRegion | None:
-        """The replay's rent; G formed over ``opened`` (returned) once it pays, in an iteration
-        run for real (its first call is an op co-execution has not seen)."""
+              grads: list, seconds: float, coexecuting: bool) -> tuple | None:
+        """The replay's rent; G formed over ``opened`` once it pays, in an iteration run for
+        real (its first call is an op co-execution has not seen): (G, its gradients)."""
         tapes = self.tapes
         rental = self.rents.get(copy.key)
         if rental is None:
@@ -83,25 +87,28 @@ class EagerOrder:
         tapes.regions.came(("opened", copy.key))
         self.awaited.discard(copy.key)
         self.rents.pop(copy.key, None)
-        region = _formed(opened, keys, grads)
-        sources = None if region is None else arg_sources(copy, rec.externals, rec.numpy_args)
+        formed = _formed(opened, keys, grads)
+        sources = None if formed is None else arg_sources(copy, rec.externals, rec.numpy_args)
         if sources is None:
             return None
-        _keep(self.formed, copy.key, (region, sources, opened))
-        return region
+        _keep(self.formed, copy.key, (formed[0], sources, opened))
+        return formed
 
 
-def _formed(opened: OpenedTape, keys: tuple, grads: list) -> TapeRegion | None:
-    """G over ``opened`` if its gradients are the replay's bit for bit, and it reads no value
-    the hits did not keep; None otherwise (the replay goes on)."""
+def _formed(opened: OpenedTape, keys: tuple, grads: list) -> tuple | None:
+    """(G over ``opened``, its first gradients) if they are the replay's bit for bit and it
+    reads no value the hits did not keep; None otherwise (the replay goes on)."""
     try:
-        region = TapeRegion(opened, keys, "tape_gradient_opened")
+        with capture.bypass():
+            region = TapeRegion(opened, keys, "tape_gradient_opened")
         if not all(opened.kept(k) for k, used in zip(region.keys, region.used) if used):
             return None
-        mine = region.run(opened)
+        mine = region.run(opened)  # the program's op, as the replay's were
     except Exception:  # noqa: BLE001 - an op without a graph gradient: the replay goes on
         return None
-    return region if all(same_bits(a, b) for a, b in zip(mine, grads)) else None
+    with capture.bypass(), capture.quiet_reads():  # terra-nb's check: no program read
+        same = all(same_bits(a, b) for a, b in zip(mine, grads))
+    return (region, mine) if same else None
 
 
 def _keep(table: dict, key, value):
