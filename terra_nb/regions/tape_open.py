@@ -184,23 +184,39 @@ def replay(opened: OpenedTape, sources: tuple) -> list:
 
 
 class _Sums:
-    """Gradients as symbols (numbers): one per distinct way of being made."""
+    """Gradients as symbols (numbers): one per distinct way of being made, and which of them may
+    be ``IndexedSlices`` (a gather's gradient, and what an op passes on from one)."""
 
     def __init__(self) -> None:
         self._ids: dict[tuple, int] = {}
+        self.sparse: set[int] = set()
 
-    def sym(self, *parts) -> int:
-        return self._ids.setdefault(parts, len(self._ids))
+    def sym(self, *parts, sparse: bool = False) -> int:
+        made = self._ids.setdefault(parts, len(self._ids))
+        if sparse:
+            self.sparse.add(made)
+        return made
 
     def fold(self, gs: list | None) -> int | None:
-        """Their sum as the tape makes it: add_n adds from the left; each addition either way
-        round."""
-        if not gs:
-            return None
-        acc = gs[0]
-        for g in gs[1:]:
-            acc = self.sym("+", min(acc, g), max(acc, g))
-        return acc
+        """Their sum as the tape makes it (``backprop._aggregate_grads``): one ``add_n`` of them
+        in the order they came (two dense terms either way round), or slices concatenated in
+        that order if one is sparse."""
+        if not gs or len(gs) == 1:
+            return gs[0] if gs else None
+        if any(g in self.sparse for g in gs):
+            return self.sym("concat", *gs, sparse=True)
+        return self.sym("add_n", *(sorted(gs) if len(gs) == 2 else gs))
+
+    def fold_dense(self, gs: list | None) -> int | None:
+        """Their sum as B and G make it (``backward._aggregate``): one ``add_n``, slices made
+        dense."""
+        if not gs or len(gs) == 1:
+            return gs[0] if gs else None
+        return self.fold([self.sym("dense", g) if g in self.sparse else g for g in gs])
+
+
+# ops whose gradient for their first input is ``IndexedSlices``
+GATHERS = frozenset({"GatherV2", "Gather", "ResourceGather"})
 
 
 class _Every:
@@ -224,8 +240,9 @@ def _symbolic_op(sums: _Sums, origin: tuple):
         filled = tuple(sums.sym("zeros", origin, k) if g is None and k not in accepts else g
                        for k, g in enumerate(out_grads))
         made = sums.sym("op", origin, filled)
-        return [sums.sym("d", made, i) if wire_key(w) in view.on_tape else None
-                for i, w in enumerate(op.inputs)]
+        passes = any(g in sums.sparse for g in filled)  # may pass slices on: taken as if so
+        return [sums.sym("d", made, i, sparse=passes or (i == 0 and op.op_type in GATHERS))
+                if wire_key(w) in view.on_tape else None for i, w in enumerate(op.inputs)]
 
     return fn
 
@@ -239,13 +256,14 @@ def _symbolic_hit(sums: _Sums, copy: TapeRecording, p: int):
         if all(g is None for g in out_grads):
             return [None] * len(copy.ops[p].inputs)
         grads: dict = {}
-        for k, (w, g) in enumerate(zip(region.outs, out_grads)):
+        for k, (w, g) in enumerate(zip(region.outs, out_grads)):  # slices made dense first
+            g = sums.sym("zeros", ("outer", p), k) if g is None else g
             grads.setdefault(wire_key(w), []).append(
-                sums.sym("zeros", ("outer", p), k) if g is None else g)
+                sums.sym("dense", g) if g in sums.sparse else g)
         inner = _Every(lambda j: _symbolic_op(sums, ("inner", p, j)))
-        propagate(region, tape_view(region, watched), grads, None, sums.fold, inner)
-        res = [sums.fold(grads.get(("arg", i))) for i in watched]
-        res += [sums.fold(grads.get(("var", k))) for k in region.trainable]
+        propagate(region, tape_view(region, watched), grads, None, sums.fold_dense, inner)
+        res = [sums.fold_dense(grads.get(("arg", i))) for i in watched]
+        res += [sums.fold_dense(grads.get(("var", k))) for k in region.trainable]
         return [sums.sym("zeros", ("outer", p), "in", i) if g is None else g
                 for i, g in enumerate(res)]
 

@@ -124,11 +124,14 @@ def test_a_model_called_with_two_specs_while_its_regions_form(monkeypatch):
 
 
 def test_symbols_tell_the_orders_apart():
-    """``same_sums`` on its own: the fold of three terms is not the fold of another order, two
-    terms sum alike either way round."""
+    """``same_sums``'s symbols on their own: an ``add_n`` of three terms in another order is
+    another sum, two dense terms sum alike either way round, slices concatenate in order."""
     sums = tape_open._Sums()
     a, b, c = sums.sym("a"), sums.sym("b"), sums.sym("c")
     assert sums.fold([a, b]) == sums.fold([b, a])
     assert sums.fold([a, b, c]) != sums.fold([c, a, b])
-    assert sums.fold([a, b, c]) == sums.fold([b, a, c])
     assert sums.fold([]) is None and sums.fold([c]) == c
+    s = sums.sym("s", sparse=True)
+    assert sums.fold([a, s]) != sums.fold([s, a]) and sums.fold([a, s]) in sums.sparse
+    assert sums.fold_dense([a, s]) == sums.fold_dense([s, a])  # made dense, then added
+    assert sums.fold_dense([a, s]) != sums.fold([a, s])
