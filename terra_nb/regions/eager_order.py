@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import time
 
+import tensorflow as tf
+from tensorflow.python.eager import backprop
+
 from .. import capture
 from ..capture.placeholder import Placeholder
 from ..coexec.rental import Rental
@@ -34,22 +37,34 @@ class EagerOrder:
         self.rents: dict[tuple, Rental] = {}
         self.awaited: set[tuple] = set()  # G due in a co-executed iteration: formed next
 
-    def gradients(self, tee: TapeTee, target, watched: frozenset, handles: list) -> tuple | None:
-        """(the gradients of ``handles`` summed over the opened copy, the G that answered or
+    def gradients(self, tee: TapeTee, target, sources, watched: frozenset,
+                  output_gradients=None, zeros: bool = False) -> tuple | None:
+        """(the gradients of ``sources`` summed over the opened copy, the G that answered or
         formed or None, whether it formed now) where TensorFlow's tape would sum some in another
         order; None where its order is eager's, or where the copy cannot be opened (TensorFlow's
-        gradient then). The copy's key and wiring are left on ``tee`` for the tape region's
-        guard and rent."""
+        gradient then). ``zeros``: unconnected sources get zeros. The copy's key and wiring are
+        left on ``tee`` for the tape region's guard and rent."""
+        targets, flat = tf.nest.flatten(target), tf.nest.flatten(sources)
+        handles = [backprop._handle_or_self(s) for s in flat]
+        seeds = None if output_gradients is None else tf.nest.flatten(output_gradients)
+        if not all(isinstance(t, tf.Tensor) for t in targets) or not all(
+                isinstance(h, tf.Tensor) and h.dtype == tf.resource for h in handles) or (
+                seeds is not None and len(seeds) != len(targets)):
+            return None
+        plain = seeds is None and len(targets) == 1  # what a G answers
         try:
             copy = tee.copy = CopyKey(tee, target, watched, handles)
             same = self.orders.get(copy.key)
             if same is True:
                 return None
-            formed = self.formed.get(copy.key)
+            formed = self.formed.get(copy.key) if plain else None
             if formed is not None:
-                region, sources, opened = formed
-                return region.run(Bound(opened, CopyValues(copy, sources))), region, False
+                region, where, opened = formed
+                grads = region.run(Bound(opened, CopyValues(copy, where)))
+                return _packed(sources, flat, grads, zeros), region, False
             rec = tee.wired = TapeRecording(tee, target, watched)
+            if len(rec.outs) != len(targets):  # a target not made on the tape
+                return None
             opened, keys = OpenedTape(rec), rec.source_keys(handles)
             if same is None:
                 same = _keep(self.orders, copy.key, same_sums(rec, opened, keys))
@@ -58,13 +73,14 @@ class EagerOrder:
         if same:
             return None
         start = time.perf_counter()
-        grads = replay(opened, keys)
-        formed = self._rent(copy, rec, opened, keys, grads, time.perf_counter() - start,
-                            type(target) is Placeholder)
+        grads = replay(opened, keys, seeds)
+        formed = None if not plain else self._rent(
+            copy, rec, opened, keys, grads, time.perf_counter() - start,
+            type(target) is Placeholder)
         if formed is None:
-            return grads, None, False
+            return _packed(sources, flat, grads, zeros), None, False
         region, mine = formed  # G's op is in this iteration's trace: its next call is known
-        return mine, region, True
+        return _packed(sources, flat, mine, zeros), region, True
 
     def _rent(self, copy: CopyKey, rec: TapeRecording, opened: OpenedTape, keys: tuple,
               grads: list, seconds: float, coexecuting: bool) -> tuple | None:
@@ -109,6 +125,14 @@ def _formed(opened: OpenedTape, keys: tuple, grads: list) -> tuple | None:
     with capture.bypass(), capture.quiet_reads():  # terra-nb's check: no program read
         same = all(same_bits(a, b) for a, b in zip(mine, grads))
     return (region, mine) if same else None
+
+
+def _packed(sources, flat: list, grads: list, zeros: bool):
+    """``grads`` in the structure of ``sources``, as the tape returns them (zeros where a
+    source is unconnected, with ``UnconnectedGradients.ZERO``)."""
+    if zeros:
+        grads = [tf.zeros_like(s) if g is None else g for s, g in zip(flat, grads)]
+    return tf.nest.pack_sequence_as(sources, grads)
 
 
 def _keep(table: dict, key, value):

@@ -169,14 +169,18 @@ def _sum(gs):
     return None if not gs else backprop._aggregate_grads(gs)
 
 
-def replay(opened: OpenedTape, sources: tuple) -> list:
+def replay(opened: OpenedTape, sources: tuple, seeds: list | None = None) -> list:
     """The gradients of ``sources`` (capture keys; None: never read) in eager's order, op by op:
-    TensorFlow's gradient functions on the values of the copy and of the hits."""
-    view = tape_view(opened, ())
-    target = wire_key(opened.outs[0])
-    dtype, shape = opened.spec[target]
-    grads = propagate(opened, view, {target: [tf.ones(shape, dtype)]}, _Values(opened),
-                      aggregate=_sum)
+    TensorFlow's gradient functions on the values of the copy and of the hits. ``seeds``: per
+    target, its output gradient (None: ones, as the tape's)."""
+    grads: dict = {}
+    for i, w in enumerate(opened.outs):
+        seed = None if seeds is None else seeds[i]
+        if seed is None:
+            dtype, shape = opened.spec[wire_key(w)]
+            seed = tf.ones(shape, dtype)
+        grads.setdefault(wire_key(w), []).append(tf.convert_to_tensor(seed))
+    grads = propagate(opened, tape_view(opened, ()), grads, _Values(opened), aggregate=_sum)
     return [None if k is None else _sum(grads.get(("var", k))) for k in sources]
 
 
@@ -279,9 +283,10 @@ def same_sums(copy: TapeRecording, opened: OpenedTape, sources: tuple) -> bool:
                        if copy.ops[p].op_type == REGION_OP
                        else _symbolic_op(sums, ("outer", p))),
                       (opened, lambda q: _symbolic_op(sums, opened.origin[q]))):
-        target = wire_key(rec.outs[0])
-        grads = propagate(rec, tape_view(rec, ()), {target: [sums.sym("ones")]}, None,
-                          sums.fold, _Every(make))
+        grads: dict = {}
+        for i, w in enumerate(rec.outs):  # a target's seed: ones or its output gradient
+            grads.setdefault(wire_key(w), []).append(sums.sym("seed", i))
+        grads = propagate(rec, tape_view(rec, ()), grads, None, sums.fold, _Every(make))
         out.append([None if k is None else sums.fold(grads.get(("var", k))) for k in sources])
     return out[0] == out[1]
 

@@ -151,9 +151,10 @@ class Tapes:
                  unconnected_gradients=UnconnectedGradients.NONE):
         start = time.perf_counter()
         plain = output_gradients is None and unconnected_gradients == UnconnectedGradients.NONE
-        opened = self._eager_order(tape, target, sources, plain)
+        opened = self._eager_order(tape, target, sources, output_gradients,
+                                   unconnected_gradients == UnconnectedGradients.ZERO)
         if opened is not None:
-            return type(sources)(opened)
+            return opened
         region, values, row, new = self._plan(tape, target, sources, plain)
         theirs = None
         if region is None or new is not None:  # one call site: the tape's gradient ops keep
@@ -218,21 +219,19 @@ class Tapes:
             row.misses += 1  # other ops or specs than those of its G functions
         return self._rent(key, copy, rec, src, row, type(target) is Placeholder)
 
-    def _eager_order(self, tape, target, sources, plain: bool) -> list | None:
-        """The gradients computed over the opened copy (``tape_open``) where TensorFlow's tape,
-        holding a region's hit, would sum some in another order than eager's; None where its
-        order is eager's (or the copy cannot tell: it cannot see the whole tape)."""
+    def _eager_order(self, tape, target, sources, output_gradients, zeros: bool):
+        """The gradients computed over the opened copy (``eager_order``) where TensorFlow's
+        tape, holding a region's hit, would sum some in another order than eager's; None where
+        its order is eager's (or the copy cannot tell: it cannot see the whole tape)."""
         tee = tape.__dict__.get(_TEE)
-        handles = None if tee is None or tee.broken or not tee.regions else _handles(
-            tape, target, sources, plain)
-        if handles is None:
+        if tee is None or tee.broken or not tee.regions or tape._tape is None:
             return None
         if tape._recording:
             tape._pop_tape()
         if record.could_possibly_record():  # another tape records the gradient: higher order
             return None
         watched = frozenset(v.handle._id for v in tape.watched_variables())
-        answer = self.eager.gradients(tee, target, watched, handles)
+        answer = self.eager.gradients(tee, target, sources, watched, output_gradients, zeros)
         if answer is None:
             return None
         grads, region, new = answer

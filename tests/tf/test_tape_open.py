@@ -10,6 +10,7 @@ summed over the regions' own ops.
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 from region_programs import compare, formed, rows
 
@@ -121,6 +122,48 @@ def test_a_model_called_with_two_specs_while_its_regions_form(monkeypatch):
     terra, _, _ = compare(program, {"mode": "coexec", **REGIONS}, at_least=0.3)
     assert formed(terra, "Sequential.__call__").hits >= 4
     assert counts["other"] >= 1 and counts["replayed"] >= 1
+
+
+def asked(how: str):
+    """The penalty loop, its gradient asked otherwise: sources in a dict, one source at a time,
+    an unconnected variable with ``UnconnectedGradients.ZERO``, an output gradient."""
+
+    def program(loop):
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="relu"),
+                                  keras.layers.Dense(1)])
+        extra = tf.Variable(tf.ones((2,)))
+        opt = keras.optimizers.SGD(0.05)
+        rng = np.random.default_rng(0)
+        losses = []
+        for _ in loop(range(8)):
+            a = rng.normal(size=(16, 6)).astype("float32")
+            b = rng.normal(size=(16, 6)).astype("float32")
+            with tf.GradientTape(persistent=False) as tape:
+                loss = tf.reduce_mean(model(a) ** 2) + tf.reduce_mean((model(b) - 1.0) ** 2)
+                loss += 1e-3 * tf.add_n([tf.reduce_sum(w ** 2) for w in model.weights])
+            ws = model.trainable_weights
+            if how == "dict":
+                got = tape.gradient(loss, {f"w{i}": w for i, w in enumerate(ws)})
+                grads = [got[f"w{i}"] for i in range(len(ws))]
+            elif how == "zero":
+                grads = tape.gradient(loss, ws + [extra],
+                                      unconnected_gradients=tf.UnconnectedGradients.ZERO)
+                losses.append(float(tf.reduce_sum(grads.pop())))
+            else:
+                grads = tape.gradient(loss, ws, output_gradients=tf.constant(0.5))
+            opt.apply_gradients(zip(grads, ws))
+            losses.append(float(loss))
+        return losses, [v.numpy() for v in model.weights]
+
+    return program
+
+
+@pytest.mark.parametrize("how", ["dict", "zero", "seed"])
+def test_gradients_asked_otherwise_sum_in_eagers_order(monkeypatch, how):
+    counts = _sums(monkeypatch)
+    terra, _, _ = compare(asked(how), {"mode": "coexec", **REGIONS})
+    assert formed(terra, "Sequential.__call__").hits >= 8
+    assert counts["other"] >= 1 and counts["replayed"] >= 6
 
 
 def test_symbols_tell_the_orders_apart():
