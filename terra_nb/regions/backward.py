@@ -81,9 +81,11 @@ class TapeView:
     missing: dict  # op position -> outputs still waiting for their gradient
 
 
-def tape_view(region, watched_args: tuple) -> TapeView:
+def tape_view(region, watched_args: tuple, watched: frozenset = frozenset()) -> TapeView:
+    """``watched``: value keys of tensors the tape watched (``tape.watch``)."""
     rec = region.rec
     on_tape = {("arg", i) for i in watched_args} | {("var", k) for k in region.trainable}
+    on_tape |= watched
     producer = {}
     for p, op in enumerate(rec.ops):
         if not rec.paused[p] and any(wire_key(w) in on_tape and

@@ -19,6 +19,7 @@ from tensorflow.python.eager import backprop
 from .. import capture
 from ..capture.placeholder import Placeholder
 from ..coexec.rental import Rental
+from .backward import wire_key
 from .tape import TapeRecording, TapeRegion, TapeTee, same_bits
 from .tape_key import CopyKey, CopyValues, arg_sources
 from .tape_open import Bound, OpenedTape, replay, same_sums
@@ -47,67 +48,72 @@ class EagerOrder:
         targets, flat = tf.nest.flatten(target), tf.nest.flatten(sources)
         handles = [backprop._handle_or_self(s) for s in flat]
         seeds = None if output_gradients is None else tf.nest.flatten(output_gradients)
-        if not all(isinstance(t, tf.Tensor) for t in targets) or not all(
-                isinstance(h, tf.Tensor) and h.dtype == tf.resource for h in handles) or (
+        variables = [h for h in handles if isinstance(h, tf.Tensor) and h.dtype == tf.resource]
+        if not all(isinstance(t, tf.Tensor) for t in targets + handles) or (
                 seeds is not None and len(seeds) != len(targets)):
             return None
-        plain = seeds is None and len(targets) == 1  # what a G answers
+        # what a G answers: one target, no output gradient, sources all variables
+        plain = seeds is None and len(targets) == 1 and len(variables) == len(handles) \
+            and not tee.watches
         try:
-            copy = tee.copy = CopyKey(tee, target, watched, handles)
-            same = self.orders.get(copy.key)
+            copy = tee.copy = CopyKey(tee, target, watched, variables)
+            key = (copy.key, tuple(copy.name(h) for h in handles if h.dtype != tf.resource),
+                   tuple((at, tuple(map(copy.name, ts))) for at, ts in tee.watches))
+            same = self.orders.get(key)
             if same is True:
                 return None
-            formed = self.formed.get(copy.key) if plain else None
+            formed = self.formed.get(key) if plain else None
             if formed is not None:
                 region, where, opened = formed
                 grads = region.run(Bound(opened, CopyValues(copy, where)))
                 return _packed(sources, flat, grads, zeros), region, False
             rec = tee.wired = TapeRecording(tee, target, watched)
-            if len(rec.outs) != len(targets):  # a target not made on the tape
-                return None
-            opened, keys = OpenedTape(rec), rec.source_keys(handles)
+            keys, seen = _keys(rec, handles), _watched(rec, tee.watches)
+            if len(rec.outs) != len(targets) or keys is None or seen is None:
+                return None  # a target not made on the tape, a source or a watch it cannot see
+            opened = OpenedTape(rec)
             if same is None:
-                same = _keep(self.orders, copy.key, same_sums(rec, opened, keys))
+                same = _keep(self.orders, key, same_sums(rec, opened, keys, seen))
         except Exception:  # noqa: BLE001 - a copy it cannot open: TensorFlow's gradient
             return None
         if same:
             return None
         start = time.perf_counter()
-        grads = replay(opened, keys, seeds)
+        grads = replay(opened, keys, seeds, seen)
         formed = None if not plain else self._rent(
-            copy, rec, opened, keys, grads, time.perf_counter() - start,
-            type(target) is Placeholder)
+            copy, key, rec, opened, rec.source_keys(handles), grads,
+            time.perf_counter() - start, type(target) is Placeholder)
         if formed is None:
             return _packed(sources, flat, grads, zeros), None, False
         region, mine = formed  # G's op is in this iteration's trace: its next call is known
         return _packed(sources, flat, mine, zeros), region, True
 
-    def _rent(self, copy: CopyKey, rec: TapeRecording, opened: OpenedTape, keys: tuple,
-              grads: list, seconds: float, coexecuting: bool) -> tuple | None:
+    def _rent(self, copy: CopyKey, key: tuple, rec: TapeRecording, opened: OpenedTape,
+              keys: tuple, grads: list, seconds: float, coexecuting: bool) -> tuple | None:
         """The replay's rent; G formed over ``opened`` once it pays, in an iteration run for
         real (its first call is an op co-execution has not seen): (G, its gradients)."""
         tapes = self.tapes
-        rental = self.rents.get(copy.key)
+        rental = self.rents.get(key)
         if rental is None:
-            rental = _keep(self.rents, copy.key,
+            rental = _keep(self.rents, key,
                            Rental(estimate=self.estimate(opened), cautious=True))
         rental.sighted(tapes.iteration)
         rental.paid(max(0.0, seconds - tapes.hit_s))
         if rental.submitted < 2 or not rental.due(tapes.horizon, tapes.scale) or rec.created_vars:
             return None
         if coexecuting:
-            if copy.key not in self.awaited:
-                self.awaited.add(copy.key)
-                tapes.regions.await_call(("opened", copy.key))
+            if key not in self.awaited:
+                self.awaited.add(key)
+                tapes.regions.await_call(("opened", key))
             return None
-        tapes.regions.came(("opened", copy.key))
-        self.awaited.discard(copy.key)
-        self.rents.pop(copy.key, None)
+        tapes.regions.came(("opened", key))
+        self.awaited.discard(key)
+        self.rents.pop(key, None)
         formed = _formed(opened, keys, grads)
         sources = None if formed is None else arg_sources(copy, rec.externals, rec.numpy_args)
         if sources is None:
             return None
-        _keep(self.formed, copy.key, (formed[0], sources, opened))
+        _keep(self.formed, key, (formed[0], sources, opened))
         return formed
 
 
@@ -125,6 +131,31 @@ def _formed(opened: OpenedTape, keys: tuple, grads: list) -> tuple | None:
     with capture.bypass(), capture.quiet_reads():  # terra-nb's check: no program read
         same = all(same_bits(a, b) for a, b in zip(mine, grads))
     return (region, mine) if same else None
+
+
+def _keys(rec: TapeRecording, handles: list) -> tuple | None:
+    """The copy's value key of each source: a variable's handle, or a tensor (None: not read);
+    None if a tensor source is an op's output (the tape keeps a source's gradient as it passes
+    it on: ``propagate`` does not)."""
+    caps = rec.source_keys(handles)
+    keys = tuple(rec.key_of(h) if h.dtype != tf.resource else None if c is None else ("var", c)
+                 for h, c in zip(handles, caps))
+    return None if any(k is not None and k[0] == "op" for k in keys) else keys
+
+
+def _watched(rec: TapeRecording, watches: list) -> frozenset | None:
+    """The copy's value keys of the tensors the tape watched; None if an op copied before a
+    watch read that tensor (it was not on the tape then: the copy cannot say)."""
+    keys = set()
+    for at, tensors in watches:
+        for t in tensors:
+            key = rec.key_of(t)
+            if key is None:
+                continue
+            if any(wire_key(w) == key for op in rec.ops[:at] for w in op.inputs):
+                return None
+            keys.add(key)
+    return frozenset(keys)
 
 
 def _packed(sources, flat: list, grads: list, zeros: bool):

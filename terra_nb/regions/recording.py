@@ -135,6 +135,14 @@ class Recording:
         self.no_backward: str | None = None
         self.shapes_read: set[int] = set()
 
+    def key_of(self, x) -> tuple | None:
+        """The value key of tensor ``x``: an op's output or an argument (None: not read)."""
+        made = self._made.get(x._id)
+        if made is not None:
+            return ("op", *made)
+        i = self._arg_ids.get(x._id)
+        return None if i is None else ("arg", i)
+
     def positions_of(self, ids: set[int]) -> set[int]:
         """The positions of the ops that made the tensors of ``ids``."""
         return {self._made[i][0] for i in ids if i in self._made}

@@ -51,6 +51,13 @@ class TapeTee(RecordingTee):
         self.broken = ""  # why the tape's ops cannot be known from the copy
         self.regions: dict[int, tuple] = {}  # position -> (B, its saved inputs) of a region
         self.copy = self.wired = None  # its CopyKey and TapeRecording, once ``gradient`` made them
+        self.watches: list[tuple[int, list]] = []  # (ops copied before, tensors) per tape.watch
+
+    def watch(self, tensors: list) -> None:
+        """``tape.watch`` of ``tensors`` (variables aside: the tape lists those)."""
+        tensors = [t for t in tensors if isinstance(t, tf.Tensor) and t.dtype != tf.resource]
+        if tensors:
+            self.watches.append((len(self.raw), tensors))
 
     def _record(self, op_name, args, attrs, outputs) -> None:
         op_type = op_type_of(op_name)

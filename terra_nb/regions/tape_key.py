@@ -56,6 +56,10 @@ class CopyKey:
             self.made[t._id] = (p, k)
         return key
 
+    def name(self, x):
+        """Where tensor ``x`` comes from in the copy, as the key names an op's input."""
+        return self._input(x, False)
+
     def _wiring(self, x):
         """Where a region's input or saved value comes from (B's signature fixes the spec of
         what its ops make; an outside value's is keyed all the same)."""

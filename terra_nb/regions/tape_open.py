@@ -59,6 +59,10 @@ class OpenedTape:
     def rec(self) -> OpenedTape:
         return self
 
+    def key(self, key: tuple | None) -> tuple | None:
+        """The key here of the copy's value ``key``."""
+        return wire_key(self._moved[key]) if key is not None and key[0] == "op" else key
+
     def dtype(self, key: tuple) -> str:
         return self.copy.dtype(key) if key[0] == "var" else self.spec[key][0]
 
@@ -169,10 +173,12 @@ def _sum(gs):
     return None if not gs else backprop._aggregate_grads(gs)
 
 
-def replay(opened: OpenedTape, sources: tuple, seeds: list | None = None) -> list:
-    """The gradients of ``sources`` (capture keys; None: never read) in eager's order, op by op:
-    TensorFlow's gradient functions on the values of the copy and of the hits. ``seeds``: per
-    target, its output gradient (None: ones, as the tape's)."""
+def replay(opened: OpenedTape, sources: tuple, seeds: list | None = None,
+           watched: frozenset = frozenset()) -> list:
+    """The gradients of ``sources`` (the copy's value keys; None: never read) in eager's order,
+    op by op: TensorFlow's gradient functions on the values of the copy and of the hits.
+    ``seeds``: per target, its output gradient (None: ones, as the tape's); ``watched``: the
+    copy's keys of the tensors the tape watched."""
     grads: dict = {}
     for i, w in enumerate(opened.outs):
         seed = None if seeds is None else seeds[i]
@@ -180,8 +186,9 @@ def replay(opened: OpenedTape, sources: tuple, seeds: list | None = None) -> lis
             dtype, shape = opened.spec[wire_key(w)]
             seed = tf.ones(shape, dtype)
         grads.setdefault(wire_key(w), []).append(tf.convert_to_tensor(seed))
-    grads = propagate(opened, tape_view(opened, ()), grads, _Values(opened), aggregate=_sum)
-    return [None if k is None else _sum(grads.get(("var", k))) for k in sources]
+    view = tape_view(opened, (), frozenset(map(opened.key, watched)))
+    grads = propagate(opened, view, grads, _Values(opened), aggregate=_sum)
+    return [None if k is None else _sum(grads.get(opened.key(k))) for k in sources]
 
 
 # -- the order of the sums, with symbols ------------------------------------------------------
@@ -274,19 +281,23 @@ def _symbolic_hit(sums: _Sums, copy: TapeRecording, p: int):
     return fn
 
 
-def same_sums(copy: TapeRecording, opened: OpenedTape, sources: tuple) -> bool:
+def same_sums(copy: TapeRecording, opened: OpenedTape, sources: tuple,
+              watched: frozenset = frozenset()) -> bool:
     """Whether TensorFlow's tape over ``copy`` (hits as one op each) and eager's (``opened``)
-    make each source's gradient of the same additions in the same order."""
+    make each source's gradient of the same additions in the same order (``sources`` and
+    ``watched``: the copy's value keys, as ``replay`` takes them)."""
     sums = _Sums()
     out = []
-    for rec, make in ((copy, lambda p: _symbolic_hit(sums, copy, p)
-                       if copy.ops[p].op_type == REGION_OP
-                       else _symbolic_op(sums, ("outer", p))),
-                      (opened, lambda q: _symbolic_op(sums, opened.origin[q]))):
+    for rec, key, make in ((copy, lambda k: k, lambda p: _symbolic_hit(sums, copy, p)
+                            if copy.ops[p].op_type == REGION_OP
+                            else _symbolic_op(sums, ("outer", p))),
+                           (opened, opened.key,
+                            lambda q: _symbolic_op(sums, opened.origin[q]))):
         grads: dict = {}
         for i, w in enumerate(rec.outs):  # a target's seed: ones or its output gradient
             grads.setdefault(wire_key(w), []).append(sums.sym("seed", i))
-        grads = propagate(rec, tape_view(rec, ()), grads, None, sums.fold, _Every(make))
-        out.append([None if k is None else sums.fold(grads.get(("var", k))) for k in sources])
+        view = tape_view(rec, (), frozenset(map(key, watched)))
+        grads = propagate(rec, view, grads, None, sums.fold, _Every(make))
+        out.append([None if k is None else sums.fold(grads.get(key(k))) for k in sources])
     return out[0] == out[1]
 

@@ -130,10 +130,13 @@ class Tapes:
             self._stop(tee)
 
     def watched(self, tape, original, *args, **kwargs):
-        """``watch`` or ``reset``: the copy no longer knows what the tape holds."""
+        """``watch``: the copy keeps what was watched (for eager's order: G cannot see it);
+        ``reset``: the copy no longer knows what the tape holds."""
         tee = tape.__dict__.get(_TEE)
-        if tee is not None:
-            tee.broken = "tape.watch or tape.reset"
+        if tee is not None and original.__name__ == "watch":
+            tee.watch(tf.nest.flatten(args[0] if args else kwargs.get("tensor")))
+        elif tee is not None:
+            tee.broken = "tape.reset"
         return original(tape, *args, **kwargs)
 
     def on_record(self, op_type: str, outputs, inputs, backward) -> None:
@@ -180,9 +183,9 @@ class Tapes:
         then the recording's rent account for the call to pay, if it has one, or None)."""
         tee = tape.__dict__.pop(_TEE, None)
         none = (None,) * 4
-        if tee is not None and tee.broken:
+        if tee is not None and (tee.broken or tee.watches):
             if not self.regions.changed:  # (a Keras call traced: its ops recur no more)
-                self._unseen(tee.broken)
+                self._unseen(tee.broken or "tape.watch")
             return none
         # a region traced or formed: not the next call's ops
         handles = None if tee is None or self.regions.changed else _handles(

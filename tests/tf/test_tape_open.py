@@ -125,8 +125,9 @@ def test_a_model_called_with_two_specs_while_its_regions_form(monkeypatch):
 
 
 def asked(how: str):
-    """The penalty loop, its gradient asked otherwise: sources in a dict, one source at a time,
-    an unconnected variable with ``UnconnectedGradients.ZERO``, an output gradient."""
+    """The penalty loop, its gradient asked otherwise: sources in a dict, a watched input's
+    gradient too, an unconnected variable with ``UnconnectedGradients.ZERO``, an output
+    gradient."""
 
     def program(loop):
         model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="relu"),
@@ -136,15 +137,20 @@ def asked(how: str):
         rng = np.random.default_rng(0)
         losses = []
         for _ in loop(range(8)):
-            a = rng.normal(size=(16, 6)).astype("float32")
+            a = tf.constant(rng.normal(size=(16, 6)).astype("float32"))
             b = rng.normal(size=(16, 6)).astype("float32")
             with tf.GradientTape(persistent=False) as tape:
+                if how == "watch":
+                    tape.watch(a)
                 loss = tf.reduce_mean(model(a) ** 2) + tf.reduce_mean((model(b) - 1.0) ** 2)
                 loss += 1e-3 * tf.add_n([tf.reduce_sum(w ** 2) for w in model.weights])
             ws = model.trainable_weights
             if how == "dict":
                 got = tape.gradient(loss, {f"w{i}": w for i, w in enumerate(ws)})
                 grads = [got[f"w{i}"] for i in range(len(ws))]
+            elif how == "watch":  # the input's gradient too (an adversarial step's)
+                *grads, da = tape.gradient(loss, ws + [a])
+                losses.append(float(tf.reduce_sum(da * da)))
             elif how == "zero":
                 grads = tape.gradient(loss, ws + [extra],
                                       unconnected_gradients=tf.UnconnectedGradients.ZERO)
@@ -158,7 +164,7 @@ def asked(how: str):
     return program
 
 
-@pytest.mark.parametrize("how", ["dict", "zero", "seed"])
+@pytest.mark.parametrize("how", ["dict", "watch", "zero", "seed"])
 def test_gradients_asked_otherwise_sum_in_eagers_order(monkeypatch, how):
     counts = _sums(monkeypatch)
     terra, _, _ = compare(asked(how), {"mode": "coexec", **REGIONS})
