@@ -17,6 +17,7 @@ loop's thread starts during the loop (the user's, tf.data's) get every allowed c
 Python next issues work, ``SWEEP_S`` apart at most (not while the loop's thread waits), and a
 process it forks at once; those the executor's thread starts (the pools
 TensorFlow makes on first use: XLA's) are TensorFlow's work and keep its cores until the end.
+oneDNN's thread count is fixed before the first split (``_onednn_threads_fixed``).
 When the Terra ends every thread has the affinity it had, or every allowed core. Where the
 process may use one core only, or the platform has no thread affinity, it does nothing.
 """
@@ -49,6 +50,25 @@ def _libc_getcpu() -> Callable[[], int] | None:
 _GETCPU = _libc_getcpu() if hasattr(os, "sched_setaffinity") else None
 
 
+_ONEDNN: list[bool] = []  # fixed in this process
+
+
+def _onednn_threads_fixed() -> None:
+    """oneDNN fixes how many threads it splits work for, for the whole process, at its first
+    primitive, from the cores the thread making it may use: a first convolution made on a pinned
+    thread (the loop's, the executor's) split its filter gradient for one thread, and summed it
+    in another order than eager's (the adversarial review: a Conv2D's kernel 1 ulp off from the
+    first step). So a 1x1 product runs first, on the loop's thread before the split."""
+    if not _ONEDNN:
+        import tensorflow as tf
+
+        from .. import capture
+
+        with capture.bypass(), tf.device("/CPU:0"):
+            tf.linalg.matmul(tf.ones((1, 1)), tf.ones((1, 1)))
+        _ONEDNN.append(True)
+
+
 def _threads() -> set[int]:
     try:
         return {int(name) for name in os.listdir(_TASKS)}
@@ -79,6 +99,7 @@ class CoreSplit:
         self._before = before = _threads() if self.enabled else set()
         made = make()
         if self.enabled:
+            _onednn_threads_fixed()
             self.threads = sorted(_threads() - before)
             self.cores = frozenset(os.sched_getaffinity(0))
             self._seen = _threads()  # the sweep leaves these be

@@ -97,8 +97,7 @@ def _wrap_tape(original, method: str):
     @functools.wraps(original)
     def wrapper(self, *args, **kwargs):
         regions = getattr(_local, "regions", None)
-        if regions is None or not regions.tapes.enabled or _local.depth \
-                or not context.executing_eagerly():
+        if regions is None or _local.depth or not context.executing_eagerly():
             return original(self, *args, **kwargs)
         return getattr(regions.tapes, method)(self, original, *args, **kwargs)
 
@@ -186,7 +185,8 @@ class Interception:
         """``regions``: those of an earlier Terra on the same code, to carry over; ``tapes``:
         answer ``GradientTape.gradient`` too (``tapes.py``)."""
         self.regions = Regions() if regions is None else regions
-        self.regions.tapes.enabled = tapes
+        # tapes are always copied, for eager's order (``eager_order.py``); G only with ``tapes``
+        self.regions.tapes.forms = tapes
         self._hold: contextlib.ExitStack | None = None
         self._settled = 0
         self.forming = ""  # the calls whose regions the next iteration runs for real for

@@ -77,7 +77,7 @@ class Tapes:
         self.declined: set[str] = set()  # call sites whose G would not pay in this loop ...
         self.resting = False  # ... all of them: tapes are not copied
         self.active: list[TapeTee] = []
-        self.enabled = False  # on with regions, except Terra(regions="calls")
+        self.forms = False  # G formed (with regions, except Terra(regions="calls"))
         self.calls: dict[str, RegionCall] = {}
         self.matched: dict[tuple, tuple] = {}  # copy key -> (G, where its arguments are) ...
         self.passed: set[tuple] = set()  # ... or declined: TensorFlow's gradient, not wired
@@ -158,6 +158,9 @@ class Tapes:
                                    unconnected_gradients == UnconnectedGradients.ZERO)
         if opened is not None:
             return opened
+        if not self.forms:
+            tape.__dict__.pop(_TEE, None)
+            return original(tape, target, sources, output_gradients, unconnected_gradients)
         region, values, row, new = self._plan(tape, target, sources, plain)
         theirs = None
         if region is None or new is not None:  # one call site: the tape's gradient ops keep

@@ -72,6 +72,17 @@ def test_two_hits_and_a_penalty_sum_in_eagers_order(monkeypatch):
     assert tape_row.reason == tapes.OPENED
 
 
+def test_keras_call_regions_alone_sum_in_eagers_order(monkeypatch):
+    """``Terra(regions="calls")`` forms no tape G, but its tapes are copied all the same: a hit
+    on them sums as eager's would."""
+    monkeypatch.setattr(tapes, "FORM_BASE_S", 0.0)  # it would form at once, if it formed
+    counts = _sums(monkeypatch)
+    terra, _, _ = compare(twice_and_penalty(), {"mode": "coexec", "regions": "calls"})
+    assert formed(terra, "Sequential.__call__").hits >= 8
+    assert counts["other"] >= 1 and counts["replayed"] >= 6
+    assert all(r.state != "formed" for r in rows(terra, "GradientTape.gradient"))
+
+
 def test_their_g_forms_over_the_opened_copy(monkeypatch):
     """Once its formation pays (free here), G compiled over the opened copy answers the calls:
     checked against the replay bit for bit, and named on the tape's row."""
