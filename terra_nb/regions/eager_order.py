@@ -6,7 +6,9 @@ orders differ, each call replays TensorFlow's gradient functions over the opened
 until its own G pays (the rent rule of every purchase, ``coexec/rental.py``): G compiled over the
 opened copy, its first gradients checked against the replay's bit for bit, then answering the
 copies with that key without wiring them (``CopyValues``). A model called twice in a step with
-its weight penalty written out: 70 it/s replayed, against 50 eager.
+its weight penalty written out (a 32-64-64-1 MLP, Adam): 50 it/s eager, 70 replayed, 264 with its
+G. Sources in any structure, watched tensors, output gradients and ``UnconnectedGradients.ZERO``
+are replayed; G answers one target's gradient for variables only.
 """
 
 from __future__ import annotations
