@@ -22,9 +22,11 @@ one where a Keras region formed does), and the ones after it too until G's call 
 skip iterations: a loop over a few lengths); if that one co-executes all the same (the loop's
 iterations run for real while regions form are used up), G forms at its next call.
 
-Anything the copy cannot see makes the call run TensorFlow's gradient as always: a custom
-gradient or a tf.function on the tape, ``tape.watch``, a persistent tape, another tape recording
-the gradient, output gradients, ``unconnected_gradients=ZERO``, sources that are not variables.
+Anything G cannot answer makes the call run TensorFlow's gradient as always: a custom gradient
+or a tf.function on the tape, ``tape.watch``, a persistent tape, another tape recording the
+gradient, output gradients, ``unconnected_gradients=ZERO``, sources that are not variables; but
+where TensorFlow's tape would sum a gradient in another order than eager's (a region's hit on
+it), the gradients are summed over the opened copy first (``eager_order.py``).
 """
 
 from __future__ import annotations
