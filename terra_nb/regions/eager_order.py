@@ -7,8 +7,8 @@ until its own G pays (the rent rule of every purchase, ``coexec/rental.py``): G 
 opened copy, its first gradients checked against the replay's bit for bit, then answering the
 copies with that key without wiring them (``CopyValues``). A model called twice in a step with
 its weight penalty written out (a 32-64-64-1 MLP, Adam): 50 it/s eager, 70 replayed, 264 with its
-G. Sources in any structure, watched tensors, output gradients and ``UnconnectedGradients.ZERO``
-are replayed; G answers one target's gradient for variables only.
+G. Sources in any structure, watched tensors, an output gradient and ``UnconnectedGradients.ZERO``
+are replayed; G answers variables' gradients only. Several targets at once are not followed.
 """
 
 from __future__ import annotations
@@ -51,12 +51,13 @@ class EagerOrder:
         handles = [backprop._handle_or_self(s) for s in flat]
         seeds = None if output_gradients is None else tf.nest.flatten(output_gradients)
         variables = [h for h in handles if isinstance(h, tf.Tensor) and h.dtype == tf.resource]
-        if not all(isinstance(t, tf.Tensor) for t in targets + handles) or (
+        # several targets: the tape starts from their ops in the order of a C++ hash map
+        # (tape.h InitialStack), which the copy cannot follow (README, Known limits)
+        if len(targets) != 1 or not all(isinstance(t, tf.Tensor) for t in targets + handles) or (
                 seeds is not None and len(seeds) != len(targets)):
             return None
-        # what a G answers: one target, no output gradient, sources all variables
-        plain = seeds is None and len(targets) == 1 and len(variables) == len(handles) \
-            and not tee.watches
+        # what a G answers: no output gradient, sources all variables
+        plain = seeds is None and len(variables) == len(handles) and not tee.watches
         try:
             copy = tee.copy = CopyKey(tee, target, watched, variables)
             key = (copy.key, tuple(copy.name(h) for h in handles if h.dtype != tf.resource),
