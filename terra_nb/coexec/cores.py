@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import threading
 import time
@@ -50,23 +51,19 @@ def _libc_getcpu() -> Callable[[], int] | None:
 _GETCPU = _libc_getcpu() if hasattr(os, "sched_setaffinity") else None
 
 
-_ONEDNN: list[bool] = []  # fixed in this process
-
-
+@functools.cache  # once per process
 def _onednn_threads_fixed() -> None:
     """oneDNN fixes how many threads it splits work for, for the whole process, at its first
     primitive, from the cores the thread making it may use: a first convolution made on a pinned
     thread (the loop's, the executor's) split its filter gradient for one thread, and summed it
     in another order than eager's (the adversarial review: a Conv2D's kernel 1 ulp off from the
     first step). So a 1x1 product runs first, on the loop's thread before the split."""
-    if not _ONEDNN:
-        import tensorflow as tf
+    import tensorflow as tf
 
-        from .. import capture
+    from .. import capture
 
-        with capture.bypass(), tf.device("/CPU:0"):
-            tf.linalg.matmul(tf.ones((1, 1)), tf.ones((1, 1)))
-        _ONEDNN.append(True)
+    with capture.bypass(), tf.device("/CPU:0"):
+        tf.linalg.matmul(tf.ones((1, 1)), tf.ones((1, 1)))
 
 
 def _threads() -> set[int]:

@@ -24,6 +24,7 @@ from tensorflow.python.eager import backprop
 
 from ..coexec.lower import SegmentOp, Wire
 from .backward import ACCEPTS_NONE, _grad_fn, propagate, tape_view, wire_key
+from .backward import _Values as _BValues
 from .tape import REGION_OP, TapeRecording, is_filler
 
 
@@ -154,19 +155,17 @@ class Bound:
         return self.opened.value(key, self.copy)
 
 
-class _Values:
-    """``backward``'s value reader over an opened copy."""
+class _Values(_BValues):
+    """``backward``'s value reader over an opened copy: each value read once (zeros of a spec
+    made once, as B's)."""
 
     def __init__(self, opened: OpenedTape) -> None:
-        self.opened, self._seen = opened, {}
-
-    def zeros(self, shape, dtype: str):
-        return tf.zeros(shape, dtype)
+        super().__init__(opened, {})
 
     def __call__(self, key: tuple):
-        if key not in self._seen:
-            self._seen[key] = self.opened.value(key)
-        return self._seen[key]
+        if key not in self.saved:
+            self.saved[key] = self.region.value(key)
+        return self.saved[key]
 
 
 def _sum(gs):
