@@ -35,6 +35,7 @@ from ..capture.functions import add_to_graph, function_def, graph_callee, static
 from ..capture.placeholder import Placeholder
 from ..capture.signature import op_info
 from ..errors import TerraError
+from .graph_sums import add_n
 
 
 class Wire(NamedTuple):
@@ -109,6 +110,8 @@ def _op_def_rule(op: SegmentOp, inputs: list) -> list:
         raise TerraError(f"terra-nb cannot lower op {op.op_type} into a graph")
     if op.op_type == "BiasAddGrad":
         inputs = [fusion_barrier(inputs[0])]
+    if op.op_type == "AddN":  # in eager's order (graph_sums.py)
+        return [add_n(inputs)]
     attrs = dict(op.attrs)
     kwargs = _group_inputs(op_def, attrs, inputs)
     inferred = _inferred(op.op_type)

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import tensorflow as tf
 from tensorflow.python.eager import backprop
 from tensorflow.python.framework import ops as tf_ops
-from tensorflow.python.ops import gen_math_ops, gen_nn_ops, nn_grad
+from tensorflow.python.ops import gen_nn_ops, nn_grad
 from tensorflow.python.util import _pywrap_util_port
 
+from ..coexec.graph_sums import add_n
 from ..coexec.lower import NOINLINE, eager_attrs, fusion_barrier
 
 # tape.h FunctionsAcceptingNoneForIndicesMap: these get None, not zeros, for missing out-grads
@@ -68,8 +69,8 @@ def _grad_fn(op_type: str):
         return None
 
 
-def _aggregate(gs):  # backprop._aggregate_grads
-    return None if not gs else gs[0] if len(gs) == 1 else gen_math_ops.add_n(gs)
+def _aggregate(gs):  # backprop._aggregate_grads, in eager's order in a graph too (G)
+    return None if not gs else gs[0] if len(gs) == 1 else add_n(gs)
 
 
 @dataclass

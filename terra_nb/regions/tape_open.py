@@ -22,6 +22,7 @@ from __future__ import annotations
 import tensorflow as tf
 from tensorflow.python.eager import backprop
 
+from ..coexec.graph_sums import add_n
 from ..coexec.lower import SegmentOp, Wire
 from .backward import ACCEPTS_NONE, _grad_fn, propagate, tape_view, wire_key
 from .backward import _Values as _BValues
@@ -168,7 +169,9 @@ class _Values(_BValues):
         return self.saved[key]
 
 
-def _sum(gs):
+def _sum(gs):  # the tape's sum, in eager's order in a graph too (G over the opened copy)
+    if gs and len(gs) > 1 and all(isinstance(g, tf.Tensor) for g in gs):
+        return add_n(gs)
     return None if not gs else backprop._aggregate_grads(gs)
 
 

@@ -10,6 +10,9 @@
 - Grappler's constant folding turns a division by a constant into a multiplication by its
   reciprocal: ``x / 6`` (the gradient of a mean over 6 values, attention's scaling) is 1 ulp off
   eager's. Compiled functions run without it (``function_call.eager_equal_config``).
+- A graph's ``AddN`` accumulates into an input no other op still needs, swapped to the front, so
+  it sums in another order than eager's (which never reuses an input Python holds). The engine's
+  graphs sum three or more terms in eager's order (``coexec/graph_sums.py``).
 """
 
 import functools
@@ -171,3 +174,78 @@ def test_a_call_op_made_directly_is_the_generated_wrappers():
     assert call.node_def.attr == wrapped.node_def.attr
     for mine, theirs in zip(compiled(x), eager):
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+
+
+def summed_in_a_graph(add_n, n_terms: int, draws: int = 400) -> int:
+    """How many of ``draws`` sums of ``n_terms`` float32 terms, built by ``add_n`` in a compiled
+    function (the first two terms its arguments, the rest made inside it), differ from eager's
+    ``AddN`` of the same terms."""
+    from terra_nb.coexec.function_call import FunctionCall
+
+    def body(*xs):
+        return add_n([*xs[:2], *(x * 1.0 for x in xs[2:])])
+
+    spec = [tf.TensorSpec([3], tf.float32)] * n_terms
+    compiled = FunctionCall(tf.function(body, autograph=False).get_concrete_function(*spec))
+    rng = np.random.default_rng(n_terms)
+    differ = 0
+    for _ in range(draws):
+        xs = [tf.constant(rng.normal(size=3) * 10.0 ** rng.integers(-3, 3), tf.float32)
+              for _ in range(n_terms)]
+        eager = tf.raw_ops.AddN(inputs=xs).numpy()
+        differ += not np.array_equal(compiled(*xs)[0].numpy(), eager)
+    return differ
+
+
+@pytest.mark.parametrize("n_terms", [5, 11, 17])
+def test_a_graph_sums_its_terms_in_eagers_order(n_terms):
+    from terra_nb.coexec.graph_sums import add_n
+
+    # TensorFlow's own AddN in the same graph does not (the test would fail without graph_sums)
+    assert summed_in_a_graph(lambda xs: tf.raw_ops.AddN(inputs=xs), n_terms) > 0
+    assert summed_in_a_graph(add_n, n_terms) == 0
+
+
+def test_a_graph_sum_refuses_unequal_shapes_as_addn_does():
+    from terra_nb.coexec.graph_sums import add_n
+
+    spec = [tf.TensorSpec(None, tf.float32)] * 3
+    f = tf.function(lambda a, b, c: add_n([a, b, c]), autograph=False).get_concrete_function(*spec)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        f(tf.ones([3]), tf.ones([1]), tf.ones([3]))
+
+
+def four_calls_and_a_penalty(loop, n: int = 30) -> list:
+    """A model called on four batches and its weight penalty written out: every weight's gradient
+    is an ``AddN`` of five terms, two of them the arguments of the compiled segment that sums."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"),
+                              keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
+    opt = keras.optimizers.Adam(1e-3)
+    x = np.random.default_rng(0).normal(size=(64, 32)).astype("float32")
+    out = []
+    for i in loop(range(n)):
+        a, b = x[(i % 4) * 16:(i % 4) * 16 + 16], x[::4]
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(a) ** 2) + tf.reduce_mean((model(b) - 1.0) ** 2) \
+                + tf.reduce_mean(model(a * 2.0)) + tf.reduce_mean(model(b + 1.0))
+            loss += 1e-3 * tf.add_n([tf.reduce_sum(w ** 2) for w in model.weights])
+        grads = tape.gradient(loss, model.trainable_weights)
+        opt.apply_gradients(zip(grads, model.trainable_weights))
+        out.append((float(loss), grads))  # the gradients read at the end
+    return [[loss] + [g.numpy() for g in grads] for loss, grads in out] + \
+        [[v.numpy() for v in model.weights]]
+
+
+@pytest.mark.parametrize("regions", [False, True])
+def test_gradients_summed_in_compiled_segments_keep_eager_bits(regions):
+    # without graph_sums: the last bias gradient 1 ulp off eager from the fourth step
+    eager = four_calls_and_a_penalty(lambda it: it)
+    with Terra(regions=regions, compile_after=1) as terra:
+        co = four_calls_and_a_penalty(terra.loop)
+    assert_coexecuted(terra, last=3)
+    assert terra.compiled_segments >= 1 and bool(terra.regions.rows) == regions
+    assert any(op.op_type == "AddN" for segment in terra.programs for op in segment.ops)
+    for mine, theirs in zip(co, eager):
+        for a, b in zip(mine, theirs):
+            np.testing.assert_array_equal(a, b)
