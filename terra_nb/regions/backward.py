@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tensorflow as tf
-from tensorflow.python.eager import backprop
+from tensorflow.python.eager import backprop, record
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import gen_nn_ops, nn_grad
 from tensorflow.python.util import _pywrap_util_port
@@ -244,8 +244,10 @@ def build_backward(region, watched_args: tuple):
               for w in region.outs]
     body = backward_body(region, watched_args, keys)
     body.__name__ = region.label + "_backward"
-    # not inlined where it is called (a graph segment): it keeps its own config
-    cf = tf.function(body, autograph=False, experimental_attributes=NOINLINE
-                     ).get_concrete_function(*specs)
+    # not inlined where it is called (a graph segment): it keeps its own config. Built while
+    # the user's tape records (a hit's first B): its captures are no op of that tape's
+    with record.stop_recording():
+        cf = tf.function(body, autograph=False, experimental_attributes=NOINLINE
+                         ).get_concrete_function(*specs)
     used = [k for k, ph in zip(keys, cf.graph.inputs) if ph.consumers()]
     return cf, keys, used, body

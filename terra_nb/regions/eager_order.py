@@ -8,7 +8,8 @@ opened copy, its first gradients checked against the replay's bit for bit, then 
 copies with that key without wiring them (``CopyValues``). A model called twice in a step with
 its weight penalty written out (a 32-64-64-1 MLP, Adam): 50 it/s eager, 70 replayed, 264 with its
 G. Sources in any structure, watched tensors, an output gradient and ``UnconnectedGradients.ZERO``
-are replayed; G answers variables' gradients only. Several targets at once are not followed.
+are replayed; G answers variables' gradients only. Where a copy cannot be followed (several
+targets at once; an op it cannot see), regions take no hit on tapes pushed at its site.
 """
 
 from __future__ import annotations
@@ -39,6 +40,30 @@ class EagerOrder:
         self.formed: dict[tuple, tuple] = {}  # copy key -> (G, where its arguments are, copy)
         self.rents: dict[tuple, Rental] = {}
         self.awaited: set[tuple] = set()  # G due in a co-executed iteration: formed next
+        self.unfollowed: dict[str, str] = {}  # tape site -> why its copy could not be followed
+
+    def followed(self, tee: TapeTee, target) -> bool:
+        """Whether ``gradient`` consults the copy: it holds a region's hit and can be read.
+        Where the copy cannot be followed, TensorFlow's gradient may sum in another order than
+        eager's, so tapes pushed at its site take no hit from then on (``refuses_hits``):
+        several targets at once (the tape starts from their ops in the order of a C++ hash map,
+        tape.h InitialStack), at once, before any hit; anything else once a tape held one."""
+        if len(tf.nest.flatten(target)) != 1:
+            return self._unfollowed(tee, "several targets at once")
+        if tee.broken:
+            return self._unfollowed(tee, tee.broken) if tee.regions else False
+        return bool(tee.regions)
+
+    def refuses_hits(self) -> bool:
+        """Whether a region may not answer a call now: a tape recording it was pushed where a
+        copy could not be followed (its calls run their Python, their ops on the tape)."""
+        return bool(self.unfollowed) and any(t.site in self.unfollowed for t in self.tapes.active)
+
+    def _unfollowed(self, tee: TapeTee, why: str) -> None:
+        if tee.site not in self.unfollowed:
+            self.unfollowed[tee.site] = why
+            self.tapes._row().note(f"no hits on the tapes of {tee.site}: its gradient cannot "
+                                   f"be summed in eager's order over the regions' ops ({why})")
 
     def gradients(self, tee: TapeTee, target, sources, watched: frozenset,
                   output_gradients=None, zeros: bool = False) -> tuple | None:
@@ -51,11 +76,9 @@ class EagerOrder:
         handles = [backprop._handle_or_self(s) for s in flat]
         seeds = None if output_gradients is None else tf.nest.flatten(output_gradients)
         variables = [h for h in handles if isinstance(h, tf.Tensor) and h.dtype == tf.resource]
-        # several targets: the tape starts from their ops in the order of a C++ hash map
-        # (tape.h InitialStack), which the copy cannot follow (README, Known limits)
-        if len(targets) != 1 or not all(isinstance(t, tf.Tensor) for t in targets + handles) or (
+        if not all(isinstance(t, tf.Tensor) for t in targets + handles) or (
                 seeds is not None and len(seeds) != len(targets)):
-            return None
+            return self._unfollowed(tee, "a target or source that is not a tensor")
         # what a G answers: no output gradient, sources all variables
         plain = seeds is None and len(variables) == len(handles) and not tee.watches
         try:
@@ -73,12 +96,13 @@ class EagerOrder:
             rec = tee.wired = TapeRecording(tee, target, watched)
             keys, seen = _keys(rec, handles), _watched(rec, tee.watches)
             if len(rec.outs) != len(targets) or keys is None or seen is None:
-                return None  # a target not made on the tape, a source or a watch it cannot see
+                return self._unfollowed(  # (a watched or source tensor made on the tape)
+                    tee, "a target not made on the tape, a source or a watch it cannot see")
             opened = OpenedTape(rec)
             if same is None:
                 same = _keep(self.orders, key, same_sums(rec, opened, keys, seen))
         except Exception:  # noqa: BLE001 - a copy it cannot open: TensorFlow's gradient
-            return None
+            return self._unfollowed(tee, "an op the copy cannot open")
         if same:
             return None
         start = time.perf_counter()

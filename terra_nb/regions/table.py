@@ -186,23 +186,31 @@ class Regions:
         # numpy data is an argument of the region, as the tensor Keras would convert it to
         args, kwargs = numpy_as_tensors(args), {k: numpy_as_tensors(v) for k, v in kwargs.items()}
         tracing = None
-        try:
-            key, tensors = guard_key(obj, method, args, kwargs)
-        except Unguardable as why:
-            self._row(("unguardable", id(obj), method), obj, method).refuse(str(why))
-        else:
-            result = self._hit(key, obj, tensors)
-            if result is not _MISS:
-                self.marks.append((self.rows[key].name, start, time.perf_counter()))
-                return result
-            row = self._row(key, obj, method)
-            if row.state != "refused" or row.refusals < REFUSE_AFTER:
-                tracing = TracedCall(self, key, row, obj, tensors, args + tuple(kwargs.values()))
+        if not self.tapes.eager.refuses_hits():  # (else its ops go on the tape: eager's sums)
+            tracing = self._answer(obj, method, args, kwargs, start)
+            if isinstance(tracing, tuple):  # a hit
+                return tracing[0]
         with tracing or contextlib.nullcontext():
             result = fn(*args, **kwargs)
         if tracing is not None:
             tracing.finish(result)
         return result
+
+    def _answer(self, obj, method: str, args: tuple, kwargs: dict, start: float):
+        """A hit's result (in a 1-tuple), the ``TracedCall`` its Python runs in, or None."""
+        try:
+            key, tensors = guard_key(obj, method, args, kwargs)
+        except Unguardable as why:
+            self._row(("unguardable", id(obj), method), obj, method).refuse(str(why))
+            return None
+        result = self._hit(key, obj, tensors)
+        if result is not _MISS:
+            self.marks.append((self.rows[key].name, start, time.perf_counter()))
+            return (result,)
+        row = self._row(key, obj, method)
+        if row.state != "refused" or row.refusals < REFUSE_AFTER:
+            return TracedCall(self, key, row, obj, tensors, args + tuple(kwargs.values()))
+        return None
 
     def _hit(self, key: tuple, obj, tensors: list):
         """The region's answer to the call, or ``_MISS`` (its Python must run)."""

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tensorflow as tf
 from tensorflow.python import pywrap_tfe
+from tensorflow.python.eager import record
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.framework.indexed_slices import IndexedSlices
 
 from .. import capture
 from ..capture.attrs import split_inputs
+from ..capture.location import user_line
 from ..capture.recorder import flatten
 from ..capture.signature import MAX_VALUES, op_info, op_type_of
 from ..coexec.lower import NOINLINE, SegmentOp, Wire
@@ -52,6 +54,7 @@ class TapeTee(RecordingTee):
         self.regions: dict[int, tuple] = {}  # position -> (B, its saved inputs) of a region
         self.copy = self.wired = None  # its CopyKey and TapeRecording, once ``gradient`` made them
         self.watches: list[tuple[int, list]] = []  # (ops copied before, tensors) per tape.watch
+        self.site = user_line()[0]  # where the tape was pushed
 
     def watch(self, tensors: list) -> None:
         """``tape.watch`` of ``tensors`` (variables aside: the tape lists those)."""
@@ -228,8 +231,9 @@ class TapeRegion:
 
         body.__name__ = label
         specs = [tf.TensorSpec(rec.spec[k][1], rec.spec[k][0]) for k in self.keys]
-        cf = tf.function(body, autograph=False, experimental_attributes=NOINLINE
-                         ).get_concrete_function(*specs)
+        with record.stop_recording():  # its captures are no op of a tape still recording
+            cf = tf.function(body, autograph=False, experimental_attributes=NOINLINE
+                             ).get_concrete_function(*specs)
         traced.clear()
         self.used = [ph.consumers() != [] for ph in cf.graph.inputs[:len(self.keys)]]
         self.n_sources = len(sources)

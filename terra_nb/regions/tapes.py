@@ -232,7 +232,7 @@ class Tapes:
         tape, holding a region's hit, would sum some in another order than eager's; None where
         its order is eager's (or the copy cannot tell: it cannot see the whole tape)."""
         tee = tape.__dict__.get(_TEE)
-        if tee is None or tee.broken or not tee.regions or tape._tape is None:
+        if tee is None or tape._tape is None or not self.eager.followed(tee, target):
             return None
         if tape._recording:
             tape._pop_tape()
