@@ -175,12 +175,13 @@ def _op_grads(region, view: TapeView, p: int, out_grads: list, value) -> list:
 
 
 def propagate(region, view: TapeView, grads: dict, value, aggregate=_aggregate,
-              grad_fns=None) -> dict:
+              grad_fns=None, keep: frozenset = frozenset()) -> dict:
     """tape.h ComputeGradient over ``view``: ``grads`` holds the out-grads of the outputs (value
     key -> list); returns it with the gradients of every key reached. An op of
     ``region.grad_fns`` (a region's op on a tape), or of ``grad_fns``, takes its gradient
     function from there; ``aggregate`` sums a value's gradients in the order they came
-    (``tape_open`` follows that order with symbols)."""
+    (``tape_open`` follows that order with symbols); ``keep``: op outputs that are sources,
+    whose sum stays in ``grads`` as the tape keeps it when it passes it on."""
     usage, missing, todo = dict(view.usage), dict(view.missing), set(view.in_set)
     special = getattr(region, "grad_fns", {}) if grad_fns is None else grad_fns
     queue = [p for p in view.in_set if p not in missing]  # tape.h InitialStack
@@ -191,6 +192,9 @@ def propagate(region, view: TapeView, grads: dict, value, aggregate=_aggregate,
         todo.discard(p)
         op = region.rec.ops[p]
         out_grads = [aggregate(grads.pop(("op", p, k), None)) for k in range(op.n_outputs)]
+        for k in range(op.n_outputs) if keep else ():
+            if ("op", p, k) in keep and out_grads[k] is not None:
+                grads[("op", p, k)] = [out_grads[k]]
         fn = special.get(p, _op_grads)
         in_grads = fn(region, view, p, out_grads, value)
         for k, g in zip(map(wire_key, op.inputs), in_grads):

@@ -95,9 +95,9 @@ class EagerOrder:
                 return _packed(sources, flat, grads, zeros), region, False
             rec = tee.wired = TapeRecording(tee, target, watched)
             keys, seen = _keys(rec, handles), _watched(rec, tee.watches)
-            if len(rec.outs) != len(targets) or keys is None or seen is None:
-                return self._unfollowed(  # (a watched or source tensor made on the tape)
-                    tee, "a target not made on the tape, a source or a watch it cannot see")
+            if len(rec.outs) != len(targets) or seen is None:
+                return self._unfollowed(tee, "a target not made on the tape, or a watch of a "
+                                             "tensor an op had read")
             opened = OpenedTape(rec)
             if same is None:
                 same = _keep(self.orders, key, same_sums(rec, opened, keys, seen))
@@ -160,14 +160,12 @@ def _formed(opened: OpenedTape, keys: tuple, grads: list) -> tuple | None:
     return (region, mine) if same else None
 
 
-def _keys(rec: TapeRecording, handles: list) -> tuple | None:
-    """The copy's value key of each source: a variable's handle, or a tensor (None: not read);
-    None if a tensor source is an op's output (the tape keeps a source's gradient as it passes
-    it on: ``propagate`` does not)."""
+def _keys(rec: TapeRecording, handles: list) -> tuple:
+    """The copy's value key of each source: a variable's handle, or a tensor (an argument or an
+    op's output; None: not read)."""
     caps = rec.source_keys(handles)
-    keys = tuple(rec.key_of(h) if h.dtype != tf.resource else None if c is None else ("var", c)
+    return tuple(rec.key_of(h) if h.dtype != tf.resource else None if c is None else ("var", c)
                  for h, c in zip(handles, caps))
-    return None if any(k is not None and k[0] == "op" for k in keys) else keys
 
 
 def _watched(rec: TapeRecording, watches: list) -> frozenset | None:

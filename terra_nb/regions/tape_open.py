@@ -189,8 +189,14 @@ def replay(opened: OpenedTape, sources: tuple, seeds: list | None = None,
             seed = tf.ones(shape, dtype)
         grads.setdefault(wire_key(w), []).append(tf.convert_to_tensor(seed))
     view = tape_view(opened, (), frozenset(map(opened.key, watched)))
-    grads = propagate(opened, view, grads, _Values(opened), aggregate=_sum)
+    grads = propagate(opened, view, grads, _Values(opened), aggregate=_sum,
+                      keep=_made(sources, opened.key))
     return [None if k is None else _sum(grads.get(opened.key(k))) for k in sources]
+
+
+def _made(sources: tuple, key) -> frozenset:
+    """The keys of the sources made by an op on the tape (a watched intermediate value)."""
+    return frozenset(key(k) for k in sources if k is not None and k[0] == "op")
 
 
 # -- the order of the sums, with symbols ------------------------------------------------------
@@ -313,7 +319,7 @@ def same_sums(copy: TapeRecording, opened: OpenedTape, sources: tuple,
         for i, w in enumerate(rec.outs):  # a target's seed: ones or its output gradient
             grads.setdefault(wire_key(w), []).append(sums.sym("seed", i))
         view = tape_view(rec, (), frozenset(map(key, watched)))
-        grads = propagate(rec, view, grads, None, sums.fold, _Every(make))
+        grads = propagate(rec, view, grads, None, sums.fold, _Every(make), _made(sources, key))
         out.append([None if k is None else sums.value(sums.fold(grads.get(key(k))))
                     for k in sources])
     return out[0] == out[1]

@@ -137,7 +137,7 @@ def test_a_model_called_with_two_specs_while_its_regions_form(monkeypatch):
 
 def asked(how: str):
     """The penalty loop, its gradient asked otherwise: sources in a dict, a watched input's
-    gradient too, an unconnected variable with ``UnconnectedGradients.ZERO``, an output
+    gradient too (or a watched value made on the tape), an unconnected variable with ``UnconnectedGradients.ZERO``, an output
     gradient."""
 
     def program(loop):
@@ -151,16 +151,17 @@ def asked(how: str):
             a = tf.constant(rng.normal(size=(16, 6)).astype("float32"))
             b = rng.normal(size=(16, 6)).astype("float32")
             with tf.GradientTape(persistent=False) as tape:
-                if how == "watch":
-                    tape.watch(a)
-                loss = tf.reduce_mean(model(a) ** 2) + tf.reduce_mean((model(b) - 1.0) ** 2)
+                x = a * 1.0 if how == "intermediate" else a  # a value an op made on the tape
+                if how in ("watch", "intermediate"):
+                    tape.watch(x)
+                loss = tf.reduce_mean(model(x) ** 2) + tf.reduce_mean((model(b) - 1.0) ** 2)
                 loss += 1e-3 * tf.add_n([tf.reduce_sum(w ** 2) for w in model.weights])
             ws = model.trainable_weights
             if how == "dict":
                 got = tape.gradient(loss, {f"w{i}": w for i, w in enumerate(ws)})
                 grads = [got[f"w{i}"] for i in range(len(ws))]
-            elif how == "watch":  # the input's gradient too (an adversarial step's)
-                *grads, da = tape.gradient(loss, ws + [a])
+            elif how in ("watch", "intermediate"):  # the input's gradient too (an adversarial
+                *grads, da = tape.gradient(loss, ws + [x])  # step's)
                 losses.append(float(tf.reduce_sum(da * da)))
             elif how == "zero":
                 grads = tape.gradient(loss, ws + [extra],
@@ -175,7 +176,7 @@ def asked(how: str):
     return program
 
 
-@pytest.mark.parametrize("how", ["dict", "watch", "zero", "seed"])
+@pytest.mark.parametrize("how", ["dict", "watch", "intermediate", "zero", "seed"])
 def test_gradients_asked_otherwise_sum_in_eagers_order(monkeypatch, how):
     counts = _sums(monkeypatch)
     terra, _, _ = compare(asked(how), {"mode": "coexec", **REGIONS})
