@@ -23,7 +23,7 @@ from .. import capture
 from ..capture.placeholder import Placeholder
 from ..coexec.rental import Rental
 from .backward import wire_key
-from .tape import TapeRecording, TapeRegion, TapeTee, same_bits
+from .tape import FETCHED, TapeRecording, TapeRegion, TapeTee, same_bits
 from .tape_key import CopyKey, CopyValues, arg_sources
 from .tape_open import Bound, OpenedTape, replay, same_sums
 
@@ -47,11 +47,15 @@ class EagerOrder:
         Where the copy cannot be followed, TensorFlow's gradient may sum in another order than
         eager's, so tapes pushed at its site take no hit from then on (``refuses_hits``):
         several targets at once (the tape starts from their ops in the order of a C++ hash map,
-        tape.h InitialStack), at once, before any hit; anything else once a tape held one."""
+        tape.h InitialStack), at once, before any hit; anything else once a tape held one, but
+        a value fetched in a traced iteration (a fallback's, this tape's alone)."""
         if len(tf.nest.flatten(target)) != 1:
-            return self._unfollowed(tee, "several targets at once")
+            self._unfollowed(tee, "several targets at once")
+            return False
         if tee.broken:
-            return self._unfollowed(tee, tee.broken) if tee.regions else False
+            if tee.regions and tee.broken != FETCHED:
+                self._unfollowed(tee, tee.broken)
+            return False
         return bool(tee.regions)
 
     def refuses_hits(self) -> bool:

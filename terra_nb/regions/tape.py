@@ -29,6 +29,7 @@ from tensorflow.python.framework.indexed_slices import IndexedSlices
 from .. import capture
 from ..capture.attrs import split_inputs
 from ..capture.location import user_line
+from ..capture.placeholder import Placeholder
 from ..capture.recorder import flatten
 from ..capture.signature import MAX_VALUES, op_info, op_type_of
 from ..coexec.lower import NOINLINE, SegmentOp, Wire
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
     from .tape_key import CopyValues
 
 REGION_OP = "TerraRegion"  # the op type a region's hit records on the tape (region.Region.run)
+# a traced iteration's value fetched from the graph, linked on the tape to its placeholder (a
+# fallback: this iteration's tape only)
+FETCHED = "a value fetched from the graph while the tape recorded"
 
 
 class TapeTee(RecordingTee):
@@ -68,6 +72,14 @@ class TapeTee(RecordingTee):
         untaped = attrs is not None and op_info(op_type).function
         self.raw.append((op_type, args, attrs, outputs,
                          untaped or pywrap_tfe.TFE_Py_TapeSetIsStopped()))
+
+    def own_gradient(self, op_type: str, inputs) -> None:
+        """An op recorded with its own gradient function that is not a region's hit (a custom
+        gradient, a tf.function, a fetched value's link): the copy cannot know the tape."""
+        fetched = op_type == "Identity" and bool(inputs) and isinstance(inputs[0], Placeholder)
+        if not (fetched and self.broken):
+            self.broken = FETCHED if fetched else \
+                f"an op with its own gradient function on the tape ({op_type})"
 
     def region_op(self, inputs, outputs, backward: FastCall, saved: list) -> None:
         """A region's hit, recorded on the tape as one op whose gradient is its B."""

@@ -261,3 +261,42 @@ def test_a_backward_built_while_a_tape_records_leaves_no_op_on_it(monkeypatch):
     assert formed(terra, "Sequential.__call__").hits >= 8
     assert counts["other"] >= 1 and counts["replayed"] >= 6
     assert not any("captured_value" in why for why in unseen)
+
+
+def test_a_penalty_added_after_the_tapes_call_site_was_declined(monkeypatch):
+    """A tape's call site whose G would not repay itself is declined early; the penalty's third
+    gradient term comes only later. Its tapes are still copied while a model call's region may
+    take hits on them (before: no longer copied, summed in TensorFlow's order)."""
+    counts = _sums(monkeypatch)
+    declined, decline = [], tapes.Tapes._decline_site
+
+    def declining(self, row, why):
+        declined.append((self.iteration, why))
+        decline(self, row, why)
+
+    monkeypatch.setattr(tapes.Tapes, "_decline_site", declining)
+
+    def program(loop):
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
+                                  keras.layers.Dense(1)])
+        opt = keras.optimizers.SGD(0.05)
+        rng = np.random.default_rng(0)
+        losses = []
+        for i in loop(range(40)):
+            a = rng.normal(size=(16, 6)).astype("float32")
+            b = rng.normal(size=(16, 6)).astype("float32")
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(model(a) ** 2)
+                if i >= 20:
+                    loss += tf.reduce_mean((model(b) - 1.0) ** 2)
+                    loss += 1e-3 * tf.add_n([tf.reduce_sum(w ** 2) for w in model.weights])
+            grads = tape.gradient(loss, model.trainable_weights)
+            opt.apply_gradients(zip(grads, model.trainable_weights))
+            losses.append(float(loss))
+        return losses, [v.numpy() for v in model.weights]
+
+    terra, _, _ = compare(program, {"mode": "coexec", **REGIONS})
+    formed(terra, "Sequential.__call__")
+    assert sum(r.hits for r in rows(terra, "Sequential.__call__")) >= 50
+    assert declined and declined[0][0] < 20, declined
+    assert counts["other"] >= 1 and counts["replayed"] >= 10
