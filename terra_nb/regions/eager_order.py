@@ -22,7 +22,7 @@ from tensorflow.python.eager import backprop
 from .. import capture
 from ..capture.placeholder import Placeholder
 from ..coexec.rental import Rental
-from .backward import wire_key
+from .backward import tape_view, wire_key
 from .tape import FETCHED, TapeRecording, TapeRegion, TapeTee, same_bits
 from .tape_key import CopyKey, CopyValues, arg_sources
 from .tape_open import Bound, OpenedTape, replay, same_sums
@@ -41,19 +41,22 @@ class EagerOrder:
         self.rents: dict[tuple, Rental] = {}
         self.awaited: set[tuple] = set()  # G due in a co-executed iteration: formed next
         self.unfollowed: dict[str, str] = {}  # tape site -> why its copy could not be followed
+        self.hit_taped = False  # a region took a hit on a copied tape: tapes stay copied
 
     def followed(self, tee: TapeTee, target) -> bool:
         """Whether ``gradient`` consults the copy: it holds a region's hit and can be read.
         Where the copy cannot be followed, TensorFlow's gradient may sum in another order than
         eager's, so tapes pushed at its site take no hit from then on (``refuses_hits``):
         several targets at once (the tape starts from their ops in the order of a C++ hash map,
-        tape.h InitialStack), at once, before any hit; anything else once a tape held one, but
-        a value fetched in a traced iteration (a fallback's, this tape's alone)."""
+        tape.h InitialStack), at once, before any hit; a copy that cannot see an op (a custom
+        gradient, a tf.function) once its hits may have summed apart what eager sums with the
+        rest (``_summed_apart``), but not for a value fetched in a traced iteration (a
+        fallback's: this tape's alone)."""
         if len(tf.nest.flatten(target)) != 1:
             self._unfollowed(tee, "several targets at once")
             return False
         if tee.broken:
-            if tee.regions and tee.broken != FETCHED:
+            if tee.broken != FETCHED and _summed_apart(tee):
                 self._unfollowed(tee, tee.broken)
             return False
         return bool(tee.regions)
@@ -146,6 +149,23 @@ class EagerOrder:
             return None
         _keep(self.formed, key, (formed[0], sources, opened))
         return formed
+
+
+def _summed_apart(tee: TapeTee) -> bool:
+    """Whether the tape's hits may give a variable or an input a gradient their B summed before
+    TensorFlow's tape adds it to the rest, where eager's adds every term in one order: two hits,
+    or one whose ops read a variable or an input twice. (One hit reading each once gives one
+    term, as eager's single op would: its order cannot differ.)"""
+    if len(tee.regions) > 1:
+        return True
+    for backward, _ in tee.regions.values():
+        if backward.opens is None:
+            return True
+        region, watched, _keys = backward.opens
+        usage = tape_view(region, watched).usage
+        if any(n > 1 for k, n in usage.items() if k[0] != "op"):
+            return True
+    return False
 
 
 def _formed(opened: OpenedTape, keys: tuple, grads: list) -> tuple | None:

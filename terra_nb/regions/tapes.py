@@ -12,9 +12,8 @@ at ``gradient``). So where the loop's length is known and a recording's G is not
 paid calls set its rent (``Rental.rent_known``), it never will be in this loop (its rent paid and
 ahead stay about the same): its copies are passed to TensorFlow unwired, a call site without a G
 is declined, and once every call site is, tapes are no longer copied until the next loop, unless
-a Keras call's region may take a hit on them (its sums are followed over the copy). So is a call
-site whose tape held what the copy cannot see (below) in ``UNSEEN_AFTER`` calls in a row, whatever
-the loop's length.
+a Keras call's region took a hit on one (its sums are followed over the copy). So is a call site
+whose tape held what the copy cannot see (below) in ``UNSEEN_AFTER`` calls in a row.
 
 G's first call is an op co-execution has not seen: in a co-executed iteration it would be a
 fallback (the rest of the iteration traced, and counted: a notebook's fallbacks depended on the
@@ -105,7 +104,7 @@ class Tapes:
     def push(self, tape, original) -> None:
         original(tape)
         sink = hooks.current_sink()
-        if tape._persistent or sink is None or self.resting and not self.regions.table:
+        if tape._persistent or sink is None or self.resting and not self.eager.hit_taped:
             return
         tee = tape.__dict__.get(_TEE)
         if tee is None:  # pushed again after ``stop_recording``: the same copy goes on
@@ -148,6 +147,7 @@ class Tapes:
         for tee in self.active:
             if op_type == REGION_OP and getattr(backward, "func", None) is region_gradient:
                 tee.region_op(inputs, outputs, *backward.args)
+                self.eager.hit_taped = True
             else:
                 tee.own_gradient(op_type, inputs)
 

@@ -137,8 +137,8 @@ def test_a_model_called_with_two_specs_while_its_regions_form(monkeypatch):
 
 def asked(how: str):
     """The penalty loop, its gradient asked otherwise: sources in a dict, a watched input's
-    gradient too (or a watched value made on the tape), an unconnected variable with ``UnconnectedGradients.ZERO``, an output
-    gradient."""
+    gradient too (or a watched value made on the tape), an unconnected variable with
+    ``UnconnectedGradients.ZERO``, an output gradient."""
 
     def program(loop):
         model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="relu"),

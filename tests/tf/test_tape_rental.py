@@ -1,8 +1,8 @@
 """When a tape region's G forms (``regions/tapes.py``): once the Python its gradients cost pays for
 G's formation, by the compile policy's rule (``coexec/rental.py``). A loop too short to repay it
-declines the call site and stops copying tapes; a recording made while a region formed forms
-nothing. Every loop is compared with eager (values and variables bit-identical) and asserts what
-ran: rows, Gs formed, tapes copied, co-executed share."""
+declines the call site and stops copying tapes (unless regions take hits on them); a recording
+made while a region formed forms nothing. Every loop is compared with eager (values and variables
+bit-identical) and asserts what ran: rows, Gs formed, tapes copied, co-executed share."""
 
 import pytest
 import tensorflow as tf
@@ -98,13 +98,36 @@ def test_one_run_after_the_warm_ones_is_no_least():
 
 def test_a_loop_too_short_to_repay_g_declines_and_stops_copying(monkeypatch, copies):
     cost(monkeypatch, 1000.0)
-    terra, _, _ = compare(training(steps=16), {"regions": True})
+
+    def program(loop):  # no Keras call: no hit on the tape
+        w = tf.Variable(tf.ones((4, 2)))
+        losses = []
+        for x, _ in loop(data(16)):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(tf.matmul(tf.constant(x)[:, :4], w)))
+            (grad,) = tape.gradient(loss, [w])
+            w.assign_sub(0.1 * grad)
+            losses.append(float(loss))
+        return losses, w.numpy()
+
+    terra, _, _ = compare(program, {"regions": True})
     row = tape_row(terra)
-    assert row.state == "tracing" and row.reason.startswith("declined"), terra.regions
+    assert row.state == "tracing" and row.reason == "declined: its G would not repay its " \
+        "formation before the loop ends", terra.regions
     assert not terra.learned.regions.tapes.table and terra.learned.regions.tapes.resting
-    # paid three co-executed calls, then declined: no tape copied after that
+    # declined: no tape copied after that
     assert copies and max(copies) < 12, copies
     assert len(copies) < 16
+
+
+def test_a_declined_call_site_whose_tapes_take_hits_stays_copied(monkeypatch, copies):
+    # the model's hits on the tape: a gradient summed across them is followed in eager's order
+    # only over a copy, whatever the loop adds to the tape after the call site was declined
+    cost(monkeypatch, 1000.0)
+    terra, _, _ = compare(training(steps=16), {"regions": True})
+    held = terra.learned.regions.tapes
+    assert tape_row(terra).reason.startswith("declined") and held.resting, terra.regions
+    assert held.eager.hit_taped and len(copies) == 16, copies
 
 
 def test_a_loop_of_unknown_length_keeps_renting(monkeypatch, copies):
