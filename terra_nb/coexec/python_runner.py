@@ -315,8 +315,8 @@ class PythonRunner:
         self.lane.feeds += fed  # after the call: a flush inside it counts feeds too
         self.path.append(node)
         self.log.record(op_name, light_args(args), attrs, list(map(TensorRef, outs)), loc, device)
-        # a function call (slow path: attrs given) is taped by its caller, as in eager
-        if record.could_possibly_record() and not (attrs and op_info(entry.op_type).function):
+        # a slow-path call (attrs given: a wrapper's eager fallback) is taped by its caller
+        if attrs is None and record.could_possibly_record():
             execute.record_gradient(entry.op_type, tape_inputs(flat, entry), entry.flat_attrs, outs)
         return shaped_outputs(entry, outs)
 

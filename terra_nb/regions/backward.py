@@ -69,6 +69,17 @@ def _grad_fn(op_type: str):
         return None
 
 
+EARLY_TERMS, EARLY_BYTES = 4, 128 * 1024 * 1024  # tape.h kMinAggregateCount, kMinAggregateBytes
+
+
+def _elements(g) -> int:
+    """``backprop._num_elements``: a dense gradient's elements, or its slices' values'; 0 for a
+    symbol (``tape_open``'s verdict) or a shape not known."""
+    values = g.values if isinstance(g, tf.IndexedSlices) else g
+    n = values.shape.num_elements() if isinstance(values, tf.Tensor) else None
+    return n or 0
+
+
 def _aggregate(gs):  # backprop._aggregate_grads, in eager's order in a graph too (G)
     return None if not gs else gs[0] if len(gs) == 1 else add_n(gs)
 
@@ -199,7 +210,11 @@ def propagate(region, view: TapeView, grads: dict, value, aggregate=_aggregate,
         in_grads = fn(region, view, p, out_grads, value)
         for k, g in zip(map(wire_key, op.inputs), in_grads):
             if g is not None:
-                grads.setdefault(k, []).append(g)
+                gs = grads.setdefault(k, [])
+                gs.append(g)
+                if len(gs) > EARLY_TERMS and len(gs) * _elements(gs[0]) * 4 > EARLY_BYTES:
+                    # tape.h sums a large gradient's terms early (to free them)
+                    grads[k] = [aggregate(gs)]
             if k in usage:
                 usage[k] -= 1
                 if usage[k] == 0 and k in view.producer:

@@ -42,29 +42,42 @@ class EagerOrder:
         self.awaited: set[tuple] = set()  # G due in a co-executed iteration: formed next
         self.unfollowed: dict[str, str] = {}  # tape site -> why its copy could not be followed
         self.hit_taped = False  # a region took a hit on a copied tape: tapes stay copied
+        self.vetted: set[str] = set()  # tape sites whose gradient was seen, its copy followed
 
     def followed(self, tee: TapeTee, target) -> bool:
         """Whether ``gradient`` consults the copy: it holds a region's hit and can be read.
         Where the copy cannot be followed, TensorFlow's gradient may sum in another order than
-        eager's, so tapes pushed at its site take no hit from then on (``refuses_hits``):
-        several targets at once (the tape starts from their ops in the order of a C++ hash map,
-        tape.h InitialStack), at once, before any hit; a copy that cannot see an op (a custom
-        gradient, a tf.function) once its hits may have summed apart what eager sums with the
-        rest (``_summed_apart``), but not for a value fetched in a traced iteration (a
-        fallback's: this tape's alone)."""
+        eager's, so tapes pushed at its site take no hit from then on (``refuses_hits``): several
+        targets at once (the tape starts from their ops in the order of a C++ hash map, tape.h
+        InitialStack); a copy that cannot see an op (a custom gradient, a tf.function) where
+        Keras calls on it may be summed apart from the rest (an object called twice, or hits
+        that did: ``_summed_apart``). A value fetched in a traced iteration (a fallback's)
+        breaks that tape's copy alone. A site takes hits once one of its gradients was seen
+        (``vetted``)."""
         if len(tf.nest.flatten(target)) != 1:
             self._unfollowed(tee, "several targets at once")
             return False
         if tee.broken:
-            if tee.broken != FETCHED and _summed_apart(tee):
+            if tee.broken != FETCHED and (max(tee.calls.values(), default=0) > 1
+                                          or _summed_apart(tee)):
                 self._unfollowed(tee, tee.broken)
+            elif tee.broken != FETCHED:
+                self.vetted.add(tee.site)
             return False
+        self.vetted.add(tee.site)
         return bool(tee.regions)
 
+    def copies_needed(self) -> bool:
+        """Whether tapes stay copied when no call site would form a G: a region took a hit on a
+        copied tape (its sums are followed), or refuses hits on some (a copy names its site)."""
+        return self.hit_taped or bool(self.unfollowed)
+
     def refuses_hits(self) -> bool:
-        """Whether a region may not answer a call now: a tape recording it was pushed where a
-        copy could not be followed (its calls run their Python, their ops on the tape)."""
-        return bool(self.unfollowed) and any(t.site in self.unfollowed for t in self.tapes.active)
+        """Whether a region may not answer a call now: a tape recording it was pushed where no
+        gradient was seen yet, or where a copy could not be followed (its calls run their
+        Python, their ops on the tape)."""
+        return any(t.site not in self.vetted or t.site in self.unfollowed
+                   for t in self.tapes.active)
 
     def _unfollowed(self, tee: TapeTee, why: str) -> None:
         if tee.site not in self.unfollowed:

@@ -186,6 +186,8 @@ class Regions:
         # numpy data is an argument of the region, as the tensor Keras would convert it to
         args, kwargs = numpy_as_tensors(args), {k: numpy_as_tensors(v) for k, v in kwargs.items()}
         tracing = None
+        for tee in self.tapes.active:
+            tee.calls[id(obj)] = tee.calls.get(id(obj), 0) + 1
         if not self.tapes.eager.refuses_hits():  # (else its ops go on the tape: eager's sums)
             tracing = self._answer(obj, method, args, kwargs, start)
             if isinstance(tracing, tuple):  # a hit

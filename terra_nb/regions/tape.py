@@ -59,6 +59,7 @@ class TapeTee(RecordingTee):
         self.copy = self.wired = None  # its CopyKey and TapeRecording, once ``gradient`` made them
         self.watches: list[tuple[int, list]] = []  # (ops copied before, tensors) per tape.watch
         self.site = user_line()[0]  # where the tape was pushed
+        self.calls: dict[int, int] = {}  # Keras calls made while it recorded, per object id
 
     def watch(self, tensors: list) -> None:
         """``tape.watch`` of ``tensors`` (variables aside: the tape lists those)."""

@@ -7,13 +7,12 @@ the Python its gradients cost, run by the tape, against G's formation. G's gradi
 the tape's own bit for bit on its first call. A call where a region was traced or formed records
 what the next call will not (the call's ops, not the region): it neither forms nor pays.
 
-A copy costs Python too (~2 ms a step for rnn-varlen's 21 ops: each op copied, and the copy wired
-at ``gradient``). So where the loop's length is known and a recording's G is not due once its
-paid calls set its rent (``Rental.rent_known``), it never will be in this loop (its rent paid and
-ahead stay about the same): its copies are passed to TensorFlow unwired, a call site without a G
-is declined, and once every call site is, tapes are no longer copied until the next loop, unless
-a Keras call's region took a hit on one (its sums are followed over the copy). So is a call site
-whose tape held what the copy cannot see (below) in ``UNSEEN_AFTER`` calls in a row.
+A copy's wiring costs Python (~2 ms a step for rnn-varlen's 21 ops). So where the loop's length
+is known and a recording's G is not due once its paid calls set its rent (``Rental.rent_known``),
+it never will be in this loop: its copies are passed to TensorFlow unwired, a call site without a
+G is declined, and once every call site is, tapes are not copied until the next loop, unless the
+regions need them (``EagerOrder.copies_needed``). So is a call site whose tape held what the copy
+cannot see (below) in ``UNSEEN_AFTER`` calls in a row.
 
 G's first call is an op co-execution has not seen: in a co-executed iteration it would be a
 fallback (the rest of the iteration traced, and counted: a notebook's fallbacks depended on the
@@ -104,7 +103,7 @@ class Tapes:
     def push(self, tape, original) -> None:
         original(tape)
         sink = hooks.current_sink()
-        if tape._persistent or sink is None or self.resting and not self.eager.hit_taped:
+        if tape._persistent or sink is None or self.resting and not self.eager.copies_needed():
             return
         tee = tape.__dict__.get(_TEE)
         if tee is None:  # pushed again after ``stop_recording``: the same copy goes on

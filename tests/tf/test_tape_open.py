@@ -258,7 +258,8 @@ def test_a_backward_built_while_a_tape_records_leaves_no_op_on_it(monkeypatch):
         return losses, [v.numpy() for v in model.weights]
 
     terra, _, _ = compare(program, {"mode": "coexec", **REGIONS})
-    assert formed(terra, "Sequential.__call__").hits >= 8
+    formed(terra, "Sequential.__call__")
+    assert sum(r.hits for r in rows(terra, "Sequential.__call__")) >= 12  # two calls a step
     assert counts["other"] >= 1 and counts["replayed"] >= 6
     assert not any("captured_value" in why for why in unseen)
 
