@@ -38,9 +38,10 @@ def _sums(monkeypatch) -> dict:
     return counts
 
 
-def twice_and_penalty(penalty: bool = True, steps: int = 8):
+def twice_and_penalty(penalty: bool = True, steps: int = 8, late: int = 0):
     """A model called on two batches in a step, and a weight penalty written out: each weight's
-    gradient sums two hits' and the penalty's."""
+    gradient sums two hits' and the penalty's. ``late``: the first step with the second call
+    and the penalty (the model called once before)."""
 
     def program(loop):
         model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
@@ -48,12 +49,14 @@ def twice_and_penalty(penalty: bool = True, steps: int = 8):
         opt = keras.optimizers.SGD(0.05)
         rng = np.random.default_rng(0)
         losses = []
-        for _ in loop(range(steps)):
+        for i in loop(range(steps)):
             a = rng.normal(size=(16, 6)).astype("float32")
             b = rng.normal(size=(16, 6)).astype("float32")
             with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(model(a) ** 2) + tf.reduce_mean((model(b) - 1.0) ** 2)
-                if penalty:
+                loss = tf.reduce_mean(model(a) ** 2)
+                if i >= late:
+                    loss += tf.reduce_mean((model(b) - 1.0) ** 2)
+                if penalty and i >= late:
                     loss += 1e-3 * tf.add_n([tf.reduce_sum(w ** 2) for w in model.weights])
             grads = tape.gradient(loss, model.trainable_weights)
             opt.apply_gradients(zip(grads, model.trainable_weights))
@@ -276,25 +279,7 @@ def test_a_penalty_added_after_the_tapes_call_site_was_declined(monkeypatch):
         decline(self, row, why)
 
     monkeypatch.setattr(tapes.Tapes, "_decline_site", declining)
-
-    def program(loop):
-        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
-                                  keras.layers.Dense(1)])
-        opt = keras.optimizers.SGD(0.05)
-        rng = np.random.default_rng(0)
-        losses = []
-        for i in loop(range(40)):
-            a = rng.normal(size=(16, 6)).astype("float32")
-            b = rng.normal(size=(16, 6)).astype("float32")
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(model(a) ** 2)
-                if i >= 20:
-                    loss += tf.reduce_mean((model(b) - 1.0) ** 2)
-                    loss += 1e-3 * tf.add_n([tf.reduce_sum(w ** 2) for w in model.weights])
-            grads = tape.gradient(loss, model.trainable_weights)
-            opt.apply_gradients(zip(grads, model.trainable_weights))
-            losses.append(float(loss))
-        return losses, [v.numpy() for v in model.weights]
+    program = twice_and_penalty(steps=40, late=20)
 
     terra, _, _ = compare(program, {"mode": "coexec", **REGIONS})
     formed(terra, "Sequential.__call__")
