@@ -203,9 +203,9 @@ def propagate(region, view: TapeView, grads: dict, value, aggregate=_aggregate,
         todo.discard(p)
         op = region.rec.ops[p]
         out_grads = [aggregate(grads.pop(("op", p, k), None)) for k in range(op.n_outputs)]
-        for k in range(op.n_outputs) if keep else ():
-            if ("op", p, k) in keep and out_grads[k] is not None:
-                grads[("op", p, k)] = [out_grads[k]]
+        for k, g in enumerate(out_grads):
+            if g is not None and ("op", p, k) in keep:
+                grads[("op", p, k)] = [g]
         fn = special.get(p, _op_grads)
         in_grads = fn(region, view, p, out_grads, value)
         for k, g in zip(map(wire_key, op.inputs), in_grads):

@@ -57,11 +57,12 @@ class EagerOrder:
         if len(tf.nest.flatten(target)) != 1:
             self._unfollowed(tee, "several targets at once")
             return False
+        if tee.broken == FETCHED:
+            return False
         if tee.broken:
-            if tee.broken != FETCHED and (max(tee.calls.values(), default=0) > 1
-                                          or _summed_apart(tee)):
+            if max(tee.calls.values(), default=0) > 1 or _summed_apart(tee):
                 self._unfollowed(tee, tee.broken)
-            elif tee.broken != FETCHED:
+            else:
                 self.vetted.add(tee.site)
             return False
         self.vetted.add(tee.site)
@@ -80,6 +81,7 @@ class EagerOrder:
                    for t in self.tapes.active)
 
     def _unfollowed(self, tee: TapeTee, why: str) -> None:
+        """Refuse hits at ``tee``'s site from now on; None (``gradients``: TensorFlow's)."""
         if tee.site not in self.unfollowed:
             self.unfollowed[tee.site] = why
             self.tapes._row().note(f"no hits on the tapes of {tee.site}: its gradient cannot "

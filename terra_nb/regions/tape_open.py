@@ -22,9 +22,8 @@ from __future__ import annotations
 import tensorflow as tf
 from tensorflow.python.eager import backprop
 
-from ..coexec.graph_sums import add_n
 from ..coexec.lower import SegmentOp, Wire
-from .backward import ACCEPTS_NONE, _grad_fn, propagate, tape_view, wire_key
+from .backward import ACCEPTS_NONE, _aggregate, _grad_fn, propagate, tape_view, wire_key
 from .backward import _Values as _BValues
 from .tape import REGION_OP, TapeRecording, is_filler
 
@@ -169,9 +168,9 @@ class _Values(_BValues):
         return self.saved[key]
 
 
-def _sum(gs):  # the tape's sum, in eager's order in a graph too (G over the opened copy)
-    if gs and len(gs) > 1 and all(isinstance(g, tf.Tensor) for g in gs):
-        return add_n(gs)
+def _sum(gs):  # the tape's sum (slices concatenated); dense ones as B sums them (graph_sums)
+    if gs and all(isinstance(g, tf.Tensor) for g in gs):
+        return _aggregate(gs)
     return None if not gs else backprop._aggregate_grads(gs)
 
 

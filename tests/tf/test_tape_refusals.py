@@ -28,12 +28,17 @@ REGIONS = {"mode": "coexec", "regions": True}
 NO_REGIONS = {"mode": "coexec", "regions": False}
 
 
+def mlp(outputs: int, learning_rate: float, seed: int) -> tuple:
+    """A 6-8-``outputs`` tanh MLP, its SGD, and 64 rows of normal data."""
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
+                              keras.layers.Dense(outputs)])
+    x = np.random.default_rng(seed).normal(size=(64, 6)).astype("float32")
+    return model, keras.optimizers.SGD(learning_rate), x
+
+
 def model_calls(loop, calls: int = 5, steps: int = 10, targets: int = 2):
     """The model called ``calls`` times in a step with a penalty; ``targets`` losses at once."""
-    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
-                              keras.layers.Dense(3)])
-    opt = keras.optimizers.SGD(0.02)
-    x = np.random.default_rng(111).normal(size=(64, 6)).astype("float32")
+    model, opt, x = mlp(3, 0.02, 111)
     out = []
     for i in loop(range(steps)):
         with tf.GradientTape() as tape:
@@ -68,10 +73,7 @@ def halved(x):
 
 
 def custom_gradient_and_two_calls(loop, steps: int = 30):
-    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
-                              keras.layers.Dense(1)])
-    opt = keras.optimizers.SGD(0.05)
-    x = np.random.default_rng(110).normal(size=(64, 6)).astype("float32")
+    model, opt, x = mlp(1, 0.05, 110)
     out = []
     for i in loop(range(steps)):
         a, b = x[(i % 4) * 16:(i % 4) * 16 + 16], x[::4]
