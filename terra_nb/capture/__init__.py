@@ -5,12 +5,14 @@ signature, and the recorder that turns one iteration's ops into a ``Trace``.
 The hooks' API is re-exported here: ``capture.bypass()``, ``capture.capturing(sink)``.
 """
 
+from . import forward_mode
 from .constants import eager_constant
 from .hooks import (
     bypass,
     capturing,
     hold_placeholders,
     hold_until_collected,
+    holds_placeholder,
     installed,
     is_installed,
     quiet_reads,
@@ -26,6 +28,7 @@ __all__ = [
     "eager_constant",
     "hold_placeholders",
     "hold_until_collected",
+    "holds_placeholder",
     "installed",
     "is_installed",
     "quiet_reads",
@@ -34,3 +37,5 @@ __all__ = [
     "release_placeholders",
     "set_barrier",
 ]
+
+forward_mode.install()  # once, for good: an accumulator entered before any Terra is counted too

@@ -78,13 +78,18 @@ def real_values(args):
             break
     else:
         return args
-    if getattr(_local, "sink", None) is None and any(_holds_placeholder(a) for a in args):
+    if getattr(_local, "sink", None) is None and holds_placeholder(args):
         # A thread with no sink (tf.distribute's all-reduce pool runs one per device at once)
         # resolves placeholders through the loop's executor, which one thread at a time uses:
         # the loop's thread is parked meanwhile, waiting for the pool.
         with _foreign:
             return _real_values(args)
     return _real_values(args)
+
+
+def holds_placeholder(args) -> bool:
+    """Whether an op input (also inside lists) is a placeholder."""
+    return any(_holds_placeholder(a) for a in args)
 
 
 def _holds_placeholder(a) -> bool:

@@ -115,6 +115,12 @@ class Location:
     def function(self) -> str:
         return self.user_frames[-1][2] if self.user_frames else ""
 
+    @property
+    def where(self) -> str:
+        """``text`` and the user's source line there, for ``explain()``."""
+        file, line, _ = self.user_frames[-1] if self.user_frames else ("", 0, "")
+        return f"{self.text}  {linecache.getline(file, line).strip() if file else ''}"
+
 
 _KERAS_DIR = os.sep + "keras" + os.sep
 # Keras's plumbing under a layer or a step: its backend, ops and utilities

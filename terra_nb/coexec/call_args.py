@@ -46,6 +46,25 @@ def is_resizable(handle) -> bool:
     return shape.unknown_rank or any(d.size < 0 for d in shape.dim)
 
 
+class ResizableVariables:
+    """Which variables' shapes may change (``shape=[None, ...]``): what reads one gets the shape
+    it has when it runs, so it must run for real. Decided once per handle."""
+
+    def __init__(self) -> None:
+        self._known: dict[int, bool] = {}  # variable handle id -> shape not fully defined
+
+    def read_by(self, flat: list) -> bool:
+        """Whether an input in ``flat`` is the handle of such a variable."""
+        for x in flat:
+            if type(x) is EAGER and x._datatype_enum() == RESOURCE_ENUM:
+                resizable = self._known.get(x._id)
+                if resizable is None:
+                    resizable = self._known[x._id] = is_resizable(x)
+                if resizable:
+                    return True
+        return False
+
+
 def flat_inputs(inputs) -> list:
     out = []
     for x in inputs:

@@ -11,7 +11,6 @@ the rest runs eagerly, traced."""
 
 from __future__ import annotations
 
-import linecache
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from tensorflow.python.eager.core import _FallbackException
 from tensorflow.python.framework import dtypes
 
 from .. import capture
+from ..capture import forward_mode
 from ..capture.functions import learn
 from ..capture.hooks import FINALISER_OPS
 from ..capture.location import LocationTable
@@ -40,11 +40,9 @@ from ..errors import TerraError
 from ..timeline import RunnerSpan
 from ..trace.records import TensorRef, Trace
 from .call_args import (
-    EAGER,
-    RESOURCE_ENUM,
     SHAPE_RULES,
+    ResizableVariables,
     flat_inputs,
-    is_resizable,
     light_args,
     scan_inputs,
     shaped_outputs,
@@ -95,7 +93,7 @@ class PythonRunner:
         self.iteration = self.fetches = self.ops = 0
         self.divergence: tuple[str, str, str] | None = None  # (reason, op type, location)
         self._context = context.context()
-        self._resizable: dict[int, bool] = {}  # variable handle id -> shape not fully defined
+        self.resizable = ResizableVariables()
         self.pure = PureOpMemo()
         self.released = IteratorRelease()  # iterators the loop drops, destroyed off its thread
 
@@ -208,14 +206,14 @@ class PythonRunner:
         if op_type in SHAPE_RULES and not resources:
             return self._fold(op_type, op_name, args, attrs, flat, loc)
         host = not info.known or (info.stateful and not resources)
-        if host or resources and self._reads_resizable_variable(flat):
+        if host or resources and self.resizable.read_by(flat):
             return self._run_for_real(run, op_name, args, attrs, loc)
         sig = call_signature(op_name, args, attrs, loc)
         entry = self.index.entries.get(sig)
         if entry is None:
             entry = infer_entry(self.index, sig, inputs, attrs, flat)
             if entry is None:
-                return self._diverge(run, op_name, args, attrs, loc, sig)
+                return self._diverge(run, op_name, args, attrs, loc, self.index.why_unknown(sig))
         if entry is FAST_FALLBACK:
             raise _FallbackException("terra-nb: the slow path handles this call")
         if entry is RUN_FOR_REAL or self._value_shaped(entry, sig):
@@ -272,18 +270,6 @@ class PythonRunner:
         computed = type(entry) is Entry and self.executor.computes(entry)
         return entry if computed and not self._value_shaped(entry, sig) else None
 
-    def _reads_resizable_variable(self, flat: list) -> bool:
-        """Whether an input is a variable whose shape may change (``shape=[None, ...]``): what
-        reads it gets the shape the variable has when it runs, so it must run for real."""
-        for x in flat:
-            if type(x) is EAGER and x._datatype_enum() == RESOURCE_ENUM:
-                resizable = self._resizable.get(x._id)
-                if resizable is None:
-                    resizable = self._resizable[x._id] = is_resizable(x)
-                if resizable:
-                    return True
-        return False
-
     def on_fetch(self, tensor) -> None:
         self.fetches += 1
         self.log.on_fetch(tensor)
@@ -298,6 +284,8 @@ class PythonRunner:
         if self.executor.failed is not None:  # Python caught the error of the plan's run
             self.executor, self.state = self.segments, "tracing"
             return self._trace_op(run, op_name, args, attrs, loc)
+        if forward_mode.recording():
+            return self._diverge(run, op_name, args, attrs, loc, forward_mode.REASON)
         node = entry.node
         for x in flat:  # a loop, not any(): this runs for every op
             if type(x) is np.ndarray:  # the graph reads it later: copy it now
@@ -321,6 +309,12 @@ class PythonRunner:
         return shaped_outputs(entry, outs)
 
     def _trace_op(self, run, op_name, args, attrs, loc: int):
+        if attrs is None and record.could_possibly_record() and capture.holds_placeholder(args):
+            # the fast path would tape the op on the placeholder's value, behind a link eager's
+            # tape lacks (which changes the order its gradients are summed in); the slow path
+            # tapes it on the placeholder itself
+            self.log.attempted(op_name, light_args(args), loc)
+            raise _FallbackException("terra-nb: the slow path tapes placeholder inputs")
         if self.divergence is None:  # the hot path: no context manager per op
             real = capture.real_values(args)
         else:  # after one, inputs are not fetches: its ops are known in the next iteration
@@ -348,16 +342,11 @@ class PythonRunner:
         return outputs[0]
 
     def _where(self, loc: int) -> str:
-        """A location's text and its user source line, for ``explain()``."""
-        location = self.locations.locations[loc]
-        file, line, _ = location.user_frames[-1] if location.user_frames else ("", 0, "")
-        source = linecache.getline(file, line).strip() if file else ""
-        return f"{location.text}  {source}"
+        return self.locations.locations[loc].where
 
-    def _diverge(self, run, op_name, args, attrs, loc: int, sig: tuple):
-        op_type = op_type_of(op_name)
-        self.divergence = (self.index.why_unknown(sig), op_type, self._where(loc))
-        self._leave_plan(*self.divergence)
+    def _diverge(self, run, op_name, args, attrs, loc: int, reason: str):
+        """The iteration leaves its plan at this op (``reason``) and runs it eagerly."""
+        self._leave_plan(reason, op_type_of(op_name), self._where(loc))
         self.segments.catch_up()
         return self._trace_op(run, op_name, args, attrs, loc)
 

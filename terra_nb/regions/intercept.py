@@ -20,9 +20,10 @@ import threading
 import keras
 import tensorflow as tf
 from tensorflow.python import pywrap_tfe
-from tensorflow.python.eager import context, forwardprop, record
+from tensorflow.python.eager import context, record
 from tensorflow.python.eager.polymorphic_function import concrete_function, polymorphic_function
 
+from ..capture import forward_mode
 from ..timeline import RunnerSpan
 from .function_calls import spy_call_flat
 from .hidden_frames import HiddenFrames
@@ -80,7 +81,7 @@ def _wrap(original, method: str):
     def wrapper(self, *args, **kwargs):
         regions = getattr(_local, "regions", None)
         if regions is None or _local.depth or not context.executing_eagerly() \
-                or getattr(_local, "accumulators", 0):  # a hit would record no JVP for them
+                or forward_mode.recording():  # a hit would record no JVP for them
             return original(self, *args, **kwargs)  # nested, outside an iteration, in a graph
         _local.depth = 1
         try:
@@ -106,21 +107,6 @@ def _wrap_tape(original, method: str):
     return wrapper
 
 
-def _wrap_accumulator(original, step: int):
-    """``ForwardAccumulator``'s push (+1) or pop (-1): while one records in this thread, Keras
-    calls run their Python (a region's hit is one op with a backward function only: the
-    accumulator would give its outputs no JVP)."""
-
-    @functools.wraps(original)
-    def wrapper(self, *args, **kwargs):
-        result = original(self, *args, **kwargs)
-        _local.accumulators = max(0, getattr(_local, "accumulators", 0) + step)
-        return result
-
-    wrapper.__terra_region_original__ = original
-    return wrapper
-
-
 def _wrap_function(original):
     """``tf.function``'s ``__call__``: to the function calls of this thread's open iteration
     (outermost only; positional arguments only)."""
@@ -129,7 +115,7 @@ def _wrap_function(original):
     def wrapper(self, *args, **kwargs):
         regions = getattr(_local, "regions", None)
         if regions is None or _local.depth or kwargs or not context.executing_eagerly() \
-                or getattr(_local, "accumulators", 0):
+                or forward_mode.recording():
             return original(self, *args, **kwargs)
         _local.depth = 1
         try:
@@ -165,9 +151,6 @@ def _install() -> None:
                 _patch(cls, method, _wrap(getattr(cls, method), method))
             for method, to in _TAPE_METHODS.items():
                 _patch(tf.GradientTape, method, _wrap_tape(getattr(tf.GradientTape, method), to))
-            for method, step in (("_push_accumulator", 1), ("_pop_accumulator", -1)):
-                _patch(forwardprop.ForwardAccumulator, method,
-                       _wrap_accumulator(getattr(forwardprop.ForwardAccumulator, method), step))
             _patch(polymorphic_function.Function, "__call__",
                    _wrap_function(polymorphic_function.Function.__call__))
             _patch(concrete_function.ConcreteFunction, "_call_flat",
