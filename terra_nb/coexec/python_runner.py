@@ -95,6 +95,7 @@ class PythonRunner:
         self._context = context.context()
         self.resizable = ResizableVariables()
         self.pure = PureOpMemo()
+        self._slow_for_real = False  # the next call is the slow path of an op run for real
         self.released = IteratorRelease()  # iterators the loop drops, destroyed off its thread
 
     @property
@@ -184,7 +185,8 @@ class PythonRunner:
 
     def _run_op(self, run, op_name, args, attrs, frame):
         loc = self.locations.locate(frame)
-        if self.state != "coexec":
+        if self.state != "coexec" or self._slow_for_real:  # (the slow path of an op run for real)
+            self._slow_for_real = False
             return self._trace_op(run, op_name, args, attrs, loc)
         op_type = op_type_of(op_name)
         info = op_info(op_type)
@@ -314,6 +316,7 @@ class PythonRunner:
             # tape lacks (which changes the order its gradients are summed in); the slow path
             # tapes it on the placeholder itself
             self.log.attempted(op_name, light_args(args), loc)
+            self._slow_for_real = self.state == "coexec"
             raise _FallbackException("terra-nb: the slow path tapes placeholder inputs")
         if self.divergence is None:  # the hot path: no context manager per op
             real = capture.real_values(args)

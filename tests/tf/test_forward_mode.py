@@ -154,3 +154,24 @@ def test_an_accumulator_entered_before_the_loop(options):
     terra, _, _ = compare(accumulator_around_the_loop, options, at_least=0.0)
     assert "coexec" not in phases(terra), phases(terra)
     assert not forward_mode.recording()  # the count went back to zero with the block
+
+
+def mask_on_a_tape(loop, steps: int = 12):
+    """``tf.boolean_mask`` on a tape: its ``Where`` runs for real on a placeholder."""
+    rng = np.random.default_rng(1)
+    w = tf.Variable(rng.normal(size=(3, 4)).astype("float32"))
+    x = tf.constant(rng.normal(size=(8, 3)).astype("float32"))
+    out = []
+    for _ in loop(range(steps)):
+        with tf.GradientTape() as tape:
+            h = tf.tanh(x @ w)
+            loss = tf.reduce_sum(tf.boolean_mask(h, h[:, 0] > 0.0) ** 2) + tf.reduce_sum(h)
+        w.assign_sub(0.1 * tape.gradient(loss, w))
+        out.append(float(loss))
+    return out, [w.numpy()]
+
+
+def test_an_op_run_for_real_on_a_placeholder_keeps_coexecuting():
+    # under a tape it takes the slow path, whose call the runner runs for real too: no fallback
+    terra, _, _ = compare(mask_on_a_tape, MODES["no regions"])
+    assert phases(terra)[2:] == ["coexec"] * 10, phases(terra)
