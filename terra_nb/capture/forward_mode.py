@@ -3,7 +3,8 @@
 An accumulator computes each op's JVP as the op runs, from the op's real inputs and their
 tangents. An op answered with a placeholder runs later, in a graph no accumulator sees: its JVP
 would come out wrong, or None. So while an accumulator records, no op is answered with a
-placeholder and no region is hit; everything runs for real, as in eager.
+placeholder, no pure op's output is taken from the memo, and no region is hit: the ops under it
+run for real, as in eager, and the rest of the iteration co-executes.
 
 Counted by wrapping the accumulator's push and pop (``__enter__``/``__exit__`` and its own
 pauses). The wrappers go in once, when terra_nb is imported, and stay: an accumulator entered
@@ -17,7 +18,7 @@ import threading
 
 from tensorflow.python.eager import forwardprop
 
-REASON = "a ForwardAccumulator records: its JVPs need every op run for real"
+REASON = "a ForwardAccumulator records: its ops run for real"
 _local = threading.local()
 _lock = threading.Lock()
 

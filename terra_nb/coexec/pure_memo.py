@@ -9,7 +9,8 @@ attrs and device, so the memo keys an op by those values and hands back the tens
 before (tensors never change).
 
 Two uses of one tensor are not two tensors to a gradient tape, so a memoised output is handed
-out once per iteration, and never to an op a tape records. Each time it is a tensor object of its
+out once per iteration, and never to an op a tape or a ``ForwardAccumulator`` records (which
+must see the op run to give its output a JVP). Each time it is a tensor object of its
 own (the same value, copied on its device without copying the buffer): code keys tensors by
 identity (``t.ref()``, weak references) and Keras sets attributes on them (``_keras_mask``), so
 one object handed out twice would carry one iteration's into the next (adversarial review).
@@ -79,9 +80,9 @@ class PureOpMemo:
     def key(self, op_name, args, attrs, inputs: list, device: str) -> tuple | None:
         """The memo key of this call (``inputs``: its flat inputs, the PythonRunner's), or None
         when it cannot be memoised."""
-        if record.could_possibly_record() and pywrap_tfe.TFE_Py_TapeSetShouldRecordBackprop(
+        if record.could_possibly_record() and pywrap_tfe.TFE_Py_TapeSetPossibleGradientTypes(
                 [x for x in inputs if type(x) is _EAGER]):
-            return None  # a tape records it: its output must be a tensor of its own
+            return None  # a tape or an accumulator records it: it must see the op run
         try:
             return (op_name, device, _key_of(args), _key_of(attrs))
         except _NoKey:

@@ -242,9 +242,10 @@ class PythonRunner:
         self.log.record(op_name, light_args(args), attrs, outputs, loc)
         return outputs
 
-    def _run_for_real(self, run, op_name, args, attrs, loc: int):
+    def _run_for_real(self, run, op_name, args, attrs, loc: int,
+                      reason: str = "an op Python must run for real"):
         """Run an op whose real outputs Python must see, once the graph has caught up."""
-        self._catch_up("an op Python must run for real", op_type_of(op_name), loc)
+        self._catch_up(reason, op_type_of(op_name), loc)
         return self._trace_op(run, op_name, args, attrs, loc)
 
     def _catch_up(self, reason: str, op_type: str, loc: int) -> None:
@@ -286,8 +287,8 @@ class PythonRunner:
         if self.executor.failed is not None:  # Python caught the error of the plan's run
             self.executor, self.state = self.segments, "tracing"
             return self._trace_op(run, op_name, args, attrs, loc)
-        if forward_mode.recording():
-            return self._diverge(run, op_name, args, attrs, loc, forward_mode.REASON)
+        if forward_mode.recording():  # its JVPs are computed from real inputs as ops run
+            return self._run_for_real(run, op_name, args, attrs, loc, forward_mode.REASON)
         node = entry.node
         for x in flat:  # a loop, not any(): this runs for every op
             if type(x) is np.ndarray:  # the graph reads it later: copy it now

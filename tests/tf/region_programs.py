@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from watchdog import in_thread
-from what_ran import coexecuted
+from what_ran import coexecuted, watch
 
 from terra_nb import Terra
 
@@ -187,6 +187,7 @@ def run(program, options: dict | None, seed: int = 0):
                 values, variables = program(lambda it: it)
             else:
                 with Terra(**options) as terra:
+                    terra.seen = watch(terra)  # for what_ran.ran_at
                     values, variables = program(terra.loop)
         return values, variables, out.getvalue(), terra, collections.Counter(CALLS)
 
