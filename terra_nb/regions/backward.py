@@ -123,6 +123,12 @@ def tape_view(region, watched_args: tuple, watched: frozenset = frozenset()) -> 
     return TapeView(on_tape, producer, in_set, usage, missing)
 
 
+def reads_twice(region, watched_args: tuple) -> bool:
+    """Whether ``region``'s taped ops read a variable or a watched argument twice: its B then
+    sums those terms itself, apart from the tape's other terms for that value."""
+    return any(n > 1 for k, n in tape_view(region, watched_args).usage.items() if k[0] != "op")
+
+
 class _Values:
     """Forward values inside B: saved ones, constants, zeros where only a shape is read."""
 

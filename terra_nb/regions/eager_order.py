@@ -22,7 +22,7 @@ from tensorflow.python.eager import backprop
 from .. import capture
 from ..capture.placeholder import Placeholder
 from ..coexec.rental import Rental
-from .backward import tape_view, wire_key
+from .backward import reads_twice, wire_key
 from .tape import FETCHED, TapeRecording, TapeRegion, TapeTee, same_bits
 from .tape_key import CopyKey, CopyValues, arg_sources
 from .tape_open import Bound, OpenedTape, replay, same_sums
@@ -43,6 +43,7 @@ class EagerOrder:
         self.unfollowed: dict[str, str] = {}  # tape site -> why its copy could not be followed
         self.hit_taped = False  # a region took a hit on a copied tape: tapes stay copied
         self.vetted: set[str] = set()  # tape sites whose gradient was seen, its copy followed
+        self.broke: set[str] = set()  # vetted sites whose copy could not see an op once
 
     def followed(self, tee: TapeTee, target) -> bool:
         """Whether ``gradient`` consults the copy: it holds a region's hit and can be read.
@@ -64,14 +65,16 @@ class EagerOrder:
                 self._unfollowed(tee, tee.broken)
             else:
                 self.vetted.add(tee.site)
+                self.broke.add(tee.site)
             return False
         self.vetted.add(tee.site)
         return bool(tee.regions)
 
     def copies_needed(self) -> bool:
         """Whether tapes stay copied when no call site would form a G: a region took a hit on a
-        copied tape (its sums are followed), or refuses hits on some (a copy names its site)."""
-        return self.hit_taped or bool(self.unfollowed)
+        copied tape (its sums are followed), or refuses hits on some (a copy names its site:
+        ``refuses_hits``, ``refuses``)."""
+        return self.hit_taped or bool(self.unfollowed or self.broke)
 
     def refuses_hits(self) -> bool:
         """Whether a region may not answer a call now: a tape recording it was pushed where no
@@ -79,6 +82,14 @@ class EagerOrder:
         Python, their ops on the tape)."""
         return any(t.site not in self.vetted or t.site in self.unfollowed
                    for t in self.tapes.active)
+
+    def refuses(self, region) -> bool:
+        """Whether a hit of ``region`` may not land now: a tape recording it was pushed where
+        tapes broke before (an op the copy cannot see, so TensorFlow sums its gradient) and the
+        region reads a variable or an input twice (its B would sum those terms apart from the
+        tape's: ``_summed_apart``)."""
+        return bool(self.broke) and region.reads_twice and any(
+            t.site in self.broke for t in self.tapes.active)
 
     def _unfollowed(self, tee: TapeTee, why: str) -> None:
         """Refuse hits at ``tee``'s site from now on; None (``gradients``: TensorFlow's)."""
@@ -177,8 +188,7 @@ def _summed_apart(tee: TapeTee) -> bool:
         if backward.opens is None:
             return True
         region, watched, _keys = backward.opens
-        usage = tape_view(region, watched).usage
-        if any(n > 1 for k, n in usage.items() if k[0] != "op"):
+        if reads_twice(region, watched):
             return True
     return False
 

@@ -24,7 +24,7 @@ from ..capture.location import called_from_c_loop
 from ..coexec.function_call import FunctionCall
 from ..coexec.lower import Segment, Wire, compile_segment
 from ..trace.tracegraph import RegionCall
-from .backward import build_backward, trainable_dtype
+from .backward import build_backward, reads_twice, trainable_dtype
 from .branches import guard_segment
 from .python_state import PythonState
 from .recording import Recording, packer
@@ -133,6 +133,7 @@ class Region:
                 self.trainable[key] = getattr(v, "_value", v)  # Keras 3 wraps a tf.Variable
         self.t_handles = [rec.handles[k] for k in self.trainable]
         self.t_vars = list(self.trainable.values())
+        self._reads_twice: bool | None = None
         self.float_args = tuple(i for i, (dt, _) in enumerate(rec.args) if trainable_dtype(dt))
         # F returns each op output once: an output returned twice (a cell's output and its new
         # state) is one tensor, as in eager, and one output of the region's op on the tape
@@ -246,6 +247,13 @@ class Region:
             else:
                 where.append(("op", saved_ops.index(k)) if k[0] == "op" else ("arg", k[1]))
         return where
+
+    @property
+    def reads_twice(self) -> bool:
+        """Whether a hit on a tape may read a variable or a float argument twice (``backward``)."""
+        if self._reads_twice is None:
+            self._reads_twice = reads_twice(self, tuple(self.float_args))
+        return self._reads_twice
 
     def run(self, args: list):
         """A hit: the object's Python does not run. ``DECLINED`` when the gradient may be

@@ -31,6 +31,7 @@ from .traced_call import TracedCall, unsound_ops
 from .variants import MAX_VARIANTS, Variants
 
 _MISS = object()  # Regions._hit: no region answered the call
+_REFUSED = object()  # Regions._hit: a region may not answer it now (its Python runs, untraced)
 REFUSE_AFTER = 3  # traced calls in a row with an effect
 MAX_PENDING = 256
 AWAIT_ITERATIONS = 4  # iterations run for real that a call awaited there is waited for
@@ -206,6 +207,8 @@ class Regions:
             self._row(("unguardable", id(obj), method), obj, method).refuse(str(why))
             return None
         result = self._hit(key, obj, tensors)
+        if result is _REFUSED:
+            return None
         if result is not _MISS:
             self.marks.append((self.rows[key].name, start, time.perf_counter()))
             return (result,)
@@ -232,6 +235,8 @@ class Regions:
                 region := self._other_way(key, region, tensors)):
             row.miss("a branch decided in Python went the other way")
             return _MISS  # set aside, not dropped: a later call may go its way
+        elif self.tapes.eager.refuses(region):  # (its ops go on the tape: eager's sums)
+            return _REFUSED
         else:
             result = region.run(tensors)
             if result is not DECLINED:
