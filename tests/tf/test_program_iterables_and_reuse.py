@@ -20,7 +20,7 @@ from against_eager import (
 )
 from test_coexec import assert_same_values, graph_threads
 from watchdog import in_thread
-from what_ran import assert_coexecuted
+from what_ran import assert_coexecuted, assert_fell_back
 
 from terra_nb import Terra
 
@@ -175,9 +175,12 @@ def variable_made_once_mid_loop(loop):
                                      variable_made_once_mid_loop], ids=lambda p: p.__name__)
 def test_iterables_and_lazy_variables(program, mode):
     # a layer built mid-loop makes variables in the loop (VarHandleOp, which Python must run):
-    # the whole program falls back, then gives way to segments (README: not yet covered)
-    plan = "segments" if program is lazily_built_layer else mode
-    compare(program, MODES[mode], plan=plan)
+    # the whole program falls back at iterations 5-7 (fewer than the five that would give way
+    # to segments, since ops run for real on placeholders under the tape are taped on them, so
+    # the trace names what the program feeds), then co-executes the rest
+    terra = compare(program, MODES[mode])
+    if program is lazily_built_layer and mode == "whole":
+        assert_fell_back(terra, {2: "outlives", 5: "run for real", 6: "starts no branch", 7: "outlives"})
 
 
 def many_small_iterations(loop):
