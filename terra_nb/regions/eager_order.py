@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 import tensorflow as tf
-from tensorflow.python.eager import backprop
+from tensorflow.python.eager import backprop, record
 
 from .. import capture
 from ..capture.placeholder import Placeholder
@@ -52,9 +52,9 @@ class EagerOrder:
         targets at once (the tape starts from their ops in the order of a C++ hash map, tape.h
         InitialStack); a copy that cannot see an op (a custom gradient, a tf.function) where
         Keras calls on it may be summed apart from the rest (an object called twice, or hits
-        that did: ``_summed_apart``). A value fetched in a traced iteration (a fallback's)
-        breaks that tape's copy alone. A site takes hits once one of its gradients was seen
-        (``vetted``)."""
+        that did: ``_summed_apart``). An op reading a value fetched while the tape recorded,
+        behind its link to the placeholder, breaks that tape's copy alone. A site takes hits
+        once one of its gradients was seen (``vetted``)."""
         if len(tf.nest.flatten(target)) != 1:
             self._unfollowed(tee, "several targets at once")
             return False
@@ -72,9 +72,8 @@ class EagerOrder:
 
     def copies_needed(self) -> bool:
         """Whether tapes stay copied when no call site would form a G: a region took a hit on a
-        copied tape (its sums are followed), or refuses hits on some (a copy names its site:
-        ``refuses_hits``, ``refuses``)."""
-        return self.hit_taped or bool(self.unfollowed or self.broke)
+        copied tape (its sums are followed), or refuses hits on some (a copy names its site)."""
+        return self.hit_taped or bool(self.unfollowed)
 
     def refuses_hits(self) -> bool:
         """Whether a region may not answer a call now: a tape recording it was pushed where no
@@ -87,9 +86,12 @@ class EagerOrder:
         """Whether a hit of ``region`` may not land now: a tape recording it was pushed where
         tapes broke before (an op the copy cannot see, so TensorFlow sums its gradient) and the
         region reads a variable or an input twice (its B would sum those terms apart from the
-        tape's: ``_summed_apart``)."""
-        return bool(self.broke) and region.reads_twice and any(
-            t.site in self.broke for t in self.tapes.active)
+        tape's: ``_summed_apart``). Tapes not copied (resting) name no site: any tape then."""
+        if not self.broke or not region.reads_twice:
+            return False
+        if self.tapes.resting:
+            return record.could_possibly_record()
+        return any(t.site in self.broke for t in self.tapes.active)
 
     def _unfollowed(self, tee: TapeTee, why: str) -> None:
         """Refuse hits at ``tee``'s site from now on; None (``gradients``: TensorFlow's)."""

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from .tape_key import CopyValues
 
 REGION_OP = "TerraRegion"  # the op type a region's hit records on the tape (region.Region.run)
-# a traced iteration's value fetched from the graph, linked on the tape to its placeholder (a
-# fallback: this iteration's tape only)
+# a value fetched from the graph while the tape recorded, linked on the tape to its placeholder,
+# then read by an op itself (this tape only)
 FETCHED = "a value fetched from the graph while the tape recorded"
 
 
@@ -60,6 +60,7 @@ class TapeTee(RecordingTee):
         self.watches: list[tuple[int, list]] = []  # (ops copied before, tensors) per tape.watch
         self.site = user_line()[0]  # where the tape was pushed
         self.calls: dict[int, int] = {}  # Keras calls made while it recorded, per object id
+        self.links: set[int] = set()  # ids of fetched values the tape links to placeholders
 
     def watch(self, tensors: list) -> None:
         """``tape.watch`` of ``tensors`` (variables aside: the tape lists those)."""
@@ -68,19 +69,24 @@ class TapeTee(RecordingTee):
             self.watches.append((len(self.raw), tensors))
 
     def _record(self, op_name, args, attrs, outputs) -> None:
+        if self.links and any(getattr(x, "_id", None) in self.links for x in flatten(args)):
+            self.broken = FETCHED  # the tape reads it behind its link; the copy cannot
         op_type = op_type_of(op_name)
         # a function called by ``execute`` (a region's F) is not taped: who calls it tapes
         untaped = attrs is not None and op_info(op_type).function
         self.raw.append((op_type, args, attrs, outputs,
                          untaped or pywrap_tfe.TFE_Py_TapeSetIsStopped()))
 
-    def own_gradient(self, op_type: str, inputs) -> None:
+    def own_gradient(self, op_type: str, inputs, outputs) -> None:
         """An op recorded with its own gradient function that is not a region's hit (a custom
-        gradient, a tf.function, a fetched value's link): the copy cannot know the tape."""
-        fetched = op_type == "Identity" and bool(inputs) and isinstance(inputs[0], Placeholder)
-        if not (fetched and self.broken):
-            self.broken = FETCHED if fetched else \
-                f"an op with its own gradient function on the tape ({op_type})"
+        gradient, a tf.function): the copy cannot know the tape. A fetched value's link to its
+        placeholder (``Placeholder.real``) is a dead end on the tape, which the copy need not
+        hold: every op on a placeholder is taped on the placeholder itself (the slow path,
+        ``PythonRunner._trace_op``). Only an op reading the value itself breaks the copy."""
+        if op_type == "Identity" and inputs and isinstance(inputs[0], Placeholder):
+            self.links.update(t._id for t in outputs)
+        else:
+            self.broken = f"an op with its own gradient function on the tape ({op_type})"
 
     def region_op(self, inputs, outputs, backward: FastCall, saved: list) -> None:
         """A region's hit, recorded on the tape as one op whose gradient is its B."""

@@ -148,7 +148,7 @@ class Tapes:
                 tee.region_op(inputs, outputs, *backward.args)
                 self.eager.hit_taped = True
             else:
-                tee.own_gradient(op_type, inputs)
+                tee.own_gradient(op_type, inputs, outputs)
 
     # -- gradient -----------------------------------------------------------------------------
 

@@ -8,6 +8,8 @@ must see as eager's does (the adversarial review of the eager-order work).
   refuses hits for the rest of the loop, also once the site is declined for G (before, its
   tapes were no longer copied then, and the hits came back).
 - A ``ForwardAccumulator`` gets its JVPs: a hit is one op with a backward function only.
+- A value read while the tape records (``float(loss)`` inside the ``with``) leaves the copy
+  followed: its link to the placeholder is a dead end on the tape.
 - A hit whose region reads a weight twice is refused on tapes pushed where tapes broke before
   (the copy could not see an op: TensorFlow's tape sums their gradients).
 - An op on the slow path (a Keras variable converted) is on the tape once, as in eager: the
@@ -140,6 +142,32 @@ def test_a_hit_reading_a_weight_twice_is_refused_where_tapes_broke():
     terra, _, _ = compare(tied_and_a_function_on_its_kernel, REGIONS)
     assert sum(r.hits for r in rows(terra, "Sequential.__call__")) == 0, terra.regions
     formed(terra, "SGD.apply_gradients")
+
+
+def loss_read_inside_the_tape(loop, steps: int = 14):
+    """The model called twice with its weight penalty written out (the order the regions must
+    follow), and the first loss read while the tape records."""
+    model, opt, x = mlp(1, 0.05, 52)
+    out = []
+    for i in loop(range(steps)):
+        a, b = x[(i % 4) * 16:(i % 4) * 16 + 16], x[::4]
+        with tf.GradientTape() as tape:
+            first = tf.reduce_mean(model(a) ** 2)
+            read = float(first)
+            loss = first + tf.reduce_mean((model(b) - 1.0) ** 2) + 1e-3 * tf.add_n(
+                [tf.reduce_sum(w ** 2) for w in model.trainable_weights])
+        grads = tape.gradient(loss, model.trainable_weights)
+        opt.apply_gradients(zip(grads, model.trainable_weights))
+        out.append([read] + [float(tf.reduce_sum(g)) for g in grads])
+    return out, [v.numpy() for v in model.weights]
+
+
+def test_a_value_read_while_the_tape_records_keeps_eagers_order():
+    # the read links the fetched value to its placeholder on the tape (a dead end: ops on the
+    # placeholder are taped on it); the copy broke on that link, so TensorFlow summed the two
+    # hits' gradients in its own order (an ulp off from the first co-executed step on)
+    terra, _, _ = compare(loss_read_inside_the_tape, REGIONS)
+    assert formed(terra, "Sequential.__call__").hits >= 2 * 8, terra.regions
 
 
 def test_a_forward_accumulator_gets_its_jvps():
