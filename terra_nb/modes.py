@@ -266,7 +266,7 @@ class CoexecEngine:
         self.runner.sync()  # the old program's runs finish first
         try:
             self.program = build_program(graph, self.learned.handles, constants)
-        except ProgramError as error:
+        except (ProgramError, ValueError, TypeError) as error:  # (an op TensorFlow cannot build)
             if old is not None and old.graph is graph:  # only the constants failed: keep it
                 whole.learner.max_rebuilds = whole.learner.rebuilds
                 return old

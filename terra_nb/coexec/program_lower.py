@@ -229,8 +229,11 @@ class ProgramBuilder:
                 f"node {key[0]}: a {spec.dtype} value computed on some paths only cannot cross "
                 f"a case or loop boundary"
             )
-        shape = [0] * len(spec.shape) if spec.shape is not None else [0]
-        return tf.zeros(shape, tf.as_dtype(spec.dtype))
+        rank = None if spec.shape is None else len(spec.shape)
+        zeros = tf.zeros([0] if rank is None else [0] * rank, tf.as_dtype(spec.dtype))
+        # of no static shape: an op in a nested branch no run takes with it may read it, and a
+        # graph checks shapes on every branch (a MatMul of [0, 0] by [16, 1] fails to build)
+        return tf.compat.v1.placeholder_with_default(zeros, None if rank is None else [None] * rank)
 
     # -- ops --------------------------------------------------------------------------------
 
