@@ -21,9 +21,10 @@ from tensorflow.python.eager import backprop, record
 
 from .. import capture
 from ..capture.placeholder import Placeholder
+from ..capture.recorder import flatten
 from ..coexec.rental import Rental
 from .backward import reads_twice, wire_key
-from .tape import FETCHED, TapeRecording, TapeRegion, TapeTee, same_bits
+from .tape import FETCHED, TapeRecording, TapeRegion, TapeTee, same_bits, tape_inputs
 from .tape_key import CopyKey, CopyValues, arg_sources
 from .tape_open import Bound, OpenedTape, replay, same_sums
 
@@ -61,7 +62,7 @@ class EagerOrder:
         if tee.broken == FETCHED:
             return False
         if tee.broken:
-            if max(tee.calls.values(), default=0) > 1 or _summed_apart(tee):
+            if max(tee.calls.values(), default=0) > 1 or _summed_apart(tee) or _read_thrice(tee):
                 self._unfollowed(tee, tee.broken)
             else:
                 self.vetted.add(tee.site)
@@ -193,6 +194,26 @@ def _summed_apart(tee: TapeTee) -> bool:
         if reads_twice(region, watched):
             return True
     return False
+
+
+def _read_thrice(tee: TapeTee) -> bool:
+    """Whether a variable, or a value made on the tape, is read by three ops or more: a hit
+    among them gives its term at another point of TensorFlow's walk than eager's ops would,
+    and three terms or more add in the order they come (two add alike either way)."""
+    made = {id_ for *_, outputs, _paused in tee.raw for id_ in _ids(outputs)}
+    reads: dict[int, int] = {}
+    for p in range(len(tee.raw)):
+        for x, _ in tape_inputs(tee, p):
+            i = getattr(x, "_id", None)
+            if i is not None and (i in made or getattr(x, "dtype", None) == tf.resource):
+                reads[i] = reads.get(i, 0) + 1
+                if reads[i] > 2:
+                    return True
+    return False
+
+
+def _ids(outputs) -> list[int]:
+    return [t._id for t in flatten(outputs) if hasattr(t, "_id")]
 
 
 def _formed(opened: OpenedTape, keys: tuple, grads: list) -> tuple | None:
