@@ -7,8 +7,10 @@ placeholder, no pure op's output is taken from the memo, and no region is hit: t
 run for real, as in eager, and the rest of the iteration co-executes.
 
 Counted by wrapping the accumulator's push and pop (``__enter__``/``__exit__`` and its own
-pauses). The wrappers go in once, when terra_nb is imported, and stay: an accumulator entered
-before the loop begins, or before a Terra opens, is counted as well. They cost nothing per op.
+pauses). The wrappers go in once, when terra-nb's runtime is imported (``terra_nb.capture``: by
+``Terra`` or ``%load_ext terra_nb``), and stay: an accumulator entered before the loop begins,
+or before a Terra opens, is counted as well. One entered before that import is not (its
+iterations fall back: new JVP functions). They cost nothing per op.
 """
 
 from __future__ import annotations
