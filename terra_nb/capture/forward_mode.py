@@ -21,20 +21,25 @@ import threading
 from tensorflow.python.eager import forwardprop
 
 REASON = "a ForwardAccumulator records: its ops run for real"
+active = 0  # accumulators recording in any thread: per op, the engine reads this first
 _local = threading.local()
 _lock = threading.Lock()
 
 
 def recording() -> bool:
     """Whether a ``ForwardAccumulator`` records in this thread now."""
-    return getattr(_local, "accumulators", 0) > 0
+    return active > 0 and getattr(_local, "accumulators", 0) > 0
 
 
 def _counting(original, step: int):
     @functools.wraps(original)
     def wrapper(self, *args, **kwargs):
+        global active
         result = original(self, *args, **kwargs)
-        _local.accumulators = max(0, getattr(_local, "accumulators", 0) + step)
+        with _lock:
+            mine = getattr(_local, "accumulators", 0)
+            _local.accumulators = max(0, mine + step)
+            active += _local.accumulators - mine
         return result
 
     wrapper.__terra_forward_mode__ = True

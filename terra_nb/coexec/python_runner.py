@@ -231,7 +231,7 @@ class PythonRunner:
         outputs = None if key is None else self.pure.get(key)
         if outputs is None:
             try:
-                outputs = self._trace_op(run, op_name, args, attrs, loc)
+                outputs = self._run_traced(run, op_name, args, attrs, loc)  # (no placeholder)
             except Exception as error:  # as eager would: the first failure in program order
                 if not isinstance(error, _FallbackException):
                     self._catch_up("an op failed on real values", op_type_of(op_name), loc)
@@ -287,7 +287,7 @@ class PythonRunner:
         if self.executor.failed is not None:  # Python caught the error of the plan's run
             self.executor, self.state = self.segments, "tracing"
             return self._trace_op(run, op_name, args, attrs, loc)
-        if forward_mode.recording():  # its JVPs are computed from real inputs as ops run
+        if forward_mode.active and forward_mode.recording():  # (JVPs need real values)
             return self._run_for_real(run, op_name, args, attrs, loc, forward_mode.REASON)
         node = entry.node
         for x in flat:  # a loop, not any(): this runs for every op
@@ -319,6 +319,9 @@ class PythonRunner:
             self.log.attempted(op_name, light_args(args), loc)
             self._slow_for_real = self.state == "coexec"
             raise _FallbackException("terra-nb: the slow path tapes placeholder inputs")
+        return self._run_traced(run, op_name, args, attrs, loc)
+
+    def _run_traced(self, run, op_name, args, attrs, loc: int):
         if self.divergence is None:  # the hot path: no context manager per op
             real = capture.real_values(args)
         else:  # after one, inputs are not fetches: its ops are known in the next iteration
