@@ -180,7 +180,8 @@ def test_iterables_and_lazy_variables(program, mode):
     # the trace names what the program feeds), then co-executes the rest
     terra = compare(program, MODES[mode])
     if program is lazily_built_layer and mode == "whole":
-        assert_fell_back(terra, {2: "outlives", 5: "run for real", 6: "starts no branch", 7: "outlives"})
+        assert_fell_back(terra, {2: "outlives", 5: "run for real", 6: "starts no branch",
+                                 7: "outlives"})
 
 
 def many_small_iterations(loop):

@@ -10,9 +10,9 @@ must see as eager's does (the adversarial review of the eager-order work).
 - A ``ForwardAccumulator`` gets its JVPs: a hit is one op with a backward function only.
 - A value read while the tape records (``float(loss)`` inside the ``with``) leaves the copy
   followed: its link to the placeholder is a dead end on the tape.
-- Where tapes broke, a weight (or a value made on the tape) read three times or more refuses
-  hits at that site; so is a hit whose region reads a weight twice on tapes pushed where tapes broke before
-  (the copy could not see an op: TensorFlow's tape sums their gradients).
+- Where tapes broke (the copy could not see an op: TensorFlow's tape sums their gradients), a
+  weight, or a value made on the tape, read three times or more refuses hits at that site, and
+  a hit whose region reads a weight twice is refused on its tapes.
 - An op on the slow path (a Keras variable converted) is on the tape once, as in eager: the
   runner taped it and so did TensorFlow's wrapper, and with several targets the extra op ids
   changed the order TensorFlow's tape starts from (``regions=False`` too).
