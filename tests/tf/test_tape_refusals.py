@@ -99,8 +99,7 @@ def test_a_site_the_copy_cannot_follow_refuses_hits_after_it_is_declined(monkeyp
                         lambda self, row, why: declined.append(why) or decline(self, row, why))
     terra, _, _ = compare(custom_gradient_and_two_calls, REGIONS)
     assert declined and terra.learned.regions.tapes.resting  # no G: every site declined
-    assert sum(r.hits for r in rows(terra, "Sequential.__call__")) == 0, terra.regions
-    formed(terra, "SGD.apply_gradients")  # the optimizer's region, off the tape, still hits
+    assert_only_the_optimizer_hits(terra)
 
 
 @tf.function
@@ -118,22 +117,32 @@ class Tied(keras.layers.Layer):
         return tf.matmul(tf.tanh(tf.matmul(x, self.k)), self.k, transpose_b=True)
 
 
+def train(loop, model, opt, x, loss_of, steps: int) -> tuple:
+    """SGD steps on 16-row slices of ``x``, the loss ``loss_of(slice)`` on a tape."""
+    out = []
+    for i in loop(range(steps)):
+        a = x[(i % 4) * 16:(i % 4) * 16 + 16]
+        with tf.GradientTape() as tape:
+            loss = loss_of(a)
+        grads = tape.gradient(loss, model.trainable_weights)
+        opt.apply_gradients(zip(grads, model.trainable_weights))
+        out.append([float(loss)] + [float(tf.reduce_sum(g)) for g in grads])
+    return out, [v.numpy() for v in model.weights]
+
+
+def assert_only_the_optimizer_hits(terra) -> None:
+    assert sum(r.hits for r in rows(terra, "Sequential.__call__")) == 0, terra.regions
+    formed(terra, "SGD.apply_gradients")  # the optimizer's region, off the tape, still hits
+
+
 def tied_and_a_function_on_its_kernel(loop, steps: int = 24):
     """One model call a step, whose layer reads its kernel twice, and a ``tf.function`` penalty
     on that kernel on the tape (which the copy cannot see)."""
     layer = Tied()
     model = keras.Sequential([keras.Input((6,)), layer, keras.layers.Dense(1)])
-    opt = keras.optimizers.SGD(0.05)
     x = np.random.default_rng(23).normal(size=(64, 6)).astype("float32")
-    out = []
-    for i in loop(range(steps)):
-        a = x[(i % 4) * 16:(i % 4) * 16 + 16]
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(model(a) ** 2) + 1e-3 * squares(layer.k)
-        grads = tape.gradient(loss, model.trainable_weights)
-        opt.apply_gradients(zip(grads, model.trainable_weights))
-        out.append([float(loss)] + [float(tf.reduce_sum(g)) for g in grads])
-    return out, [v.numpy() for v in model.weights]
+    return train(loop, model, keras.optimizers.SGD(0.05), x,
+                 lambda a: tf.reduce_mean(model(a) ** 2) + 1e-3 * squares(layer.k), steps)
 
 
 def test_a_hit_reading_a_weight_twice_is_refused_where_tapes_broke():
@@ -141,8 +150,7 @@ def test_a_hit_reading_a_weight_twice_is_refused_where_tapes_broke():
     # hit of the tied model would have given the kernel a gradient B summed apart, and
     # TensorFlow's tape (not the copy) added the rest: an ulp off (the review's d25)
     terra, _, _ = compare(tied_and_a_function_on_its_kernel, REGIONS)
-    assert sum(r.hits for r in rows(terra, "Sequential.__call__")) == 0, terra.regions
-    formed(terra, "SGD.apply_gradients")
+    assert_only_the_optimizer_hits(terra)
 
 
 def loss_read_inside_the_tape(loop, steps: int = 14):
@@ -177,26 +185,21 @@ def one_call_and_a_weight_read_twice_more(loop, steps: int = 12):
     model, opt, x = mlp(1, 0.05, 59)
     kernel = model.layers[0].kernel
     squashed = tf.function(lambda t: tf.reduce_sum(tf.tanh(t) ** 2))
-    out = []
-    for i in loop(range(steps)):
-        a = x[(i % 4) * 16:(i % 4) * 16 + 16]
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(model(a) ** 2)
-            loss = loss + squashed(loss) + 1e-3 * tf.add_n(
-                [tf.reduce_sum(w ** 2) for w in model.trainable_weights])
-            loss = loss + tf.reduce_sum(kernel * 0.01)
-        grads = tape.gradient(loss, model.trainable_weights)
-        opt.apply_gradients(zip(grads, model.trainable_weights))
-        out.append([float(loss)] + [float(tf.reduce_sum(g)) for g in grads])
-    return out, [v.numpy() for v in model.weights]
+
+    def loss_of(a):
+        loss = tf.reduce_mean(model(a) ** 2)
+        loss = loss + squashed(loss) + 1e-3 * tf.add_n(
+            [tf.reduce_sum(w ** 2) for w in model.trainable_weights])
+        return loss + tf.reduce_sum(kernel * 0.01)
+
+    return train(loop, model, opt, x, loss_of, steps)
 
 
 def test_a_weight_read_three_times_where_tapes_broke_refuses_hits():
     # one hit reading each weight once was taken as safe; with two more reads of the kernel its
     # term came at another point of TensorFlow's walk than eager's ops: three terms, another sum
     terra, _, _ = compare(one_call_and_a_weight_read_twice_more, REGIONS)
-    assert sum(r.hits for r in rows(terra, "Sequential.__call__")) == 0, terra.regions
-    formed(terra, "SGD.apply_gradients")
+    assert_only_the_optimizer_hits(terra)
 
 
 def test_a_forward_accumulator_gets_its_jvps():
