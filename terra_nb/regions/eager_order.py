@@ -44,7 +44,7 @@ class EagerOrder:
         self.unfollowed: dict[str, str] = {}  # tape site -> why its copy could not be followed
         self.hit_taped = False  # a region took a hit on a copied tape: tapes stay copied
         self.vetted: set[str] = set()  # tape sites whose gradient was seen, its copy followed
-        self.broke: set[str] = set()  # vetted sites whose copy could not see an op once
+        self.broke: set[str] = set()  # vetted sites whose last copy could not see an op
 
     def followed(self, tee: TapeTee, target) -> bool:
         """Whether ``gradient`` consults the copy: it holds a region's hit and can be read.
@@ -69,6 +69,7 @@ class EagerOrder:
                 self.broke.add(tee.site)
             return False
         self.vetted.add(tee.site)
+        self.broke.discard(tee.site)  # (its last tape did not break: one made a function once)
         return bool(tee.regions)
 
     def copies_needed(self) -> bool:
@@ -85,7 +86,7 @@ class EagerOrder:
 
     def refuses(self, region) -> bool:
         """Whether a hit of ``region`` may not land now: a tape recording it was pushed where
-        tapes broke before (an op the copy cannot see, so TensorFlow sums its gradient) and the
+        the last tape broke (an op the copy cannot see, so TensorFlow sums its gradient) and the
         region reads a variable or an input twice (its B would sum those terms apart from the
         tape's: ``_summed_apart``). Tapes not copied (resting) name no site: any tape then."""
         if not self.broke or not region.reads_twice:
