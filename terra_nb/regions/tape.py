@@ -69,7 +69,8 @@ class TapeTee(RecordingTee):
             self.watches.append((len(self.raw), tensors))
 
     def _record(self, op_name, args, attrs, outputs) -> None:
-        if self.links and any(getattr(x, "_id", None) in self.links for x in flatten(args)):
+        if self.links and not self.broken and any(
+                getattr(x, "_id", None) in self.links for x in flatten(args)):
             self.broken = FETCHED  # the tape reads it behind its link; the copy cannot
         op_type = op_type_of(op_name)
         # a function called by ``execute`` (a region's F) is not taped: who calls it tapes
