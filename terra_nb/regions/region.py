@@ -133,7 +133,6 @@ class Region:
                 self.trainable[key] = getattr(v, "_value", v)  # Keras 3 wraps a tf.Variable
         self.t_handles = [rec.handles[k] for k in self.trainable]
         self.t_vars = list(self.trainable.values())
-        self._reads_twice: bool | None = None
         self.float_args = tuple(i for i, (dt, _) in enumerate(rec.args) if trainable_dtype(dt))
         # F returns each op output once: an output returned twice (a cell's output and its new
         # state) is one tensor, as in eager, and one output of the region's op on the tape
@@ -248,12 +247,10 @@ class Region:
                 where.append(("op", saved_ops.index(k)) if k[0] == "op" else ("arg", k[1]))
         return where
 
-    @property
+    @functools.cached_property
     def reads_twice(self) -> bool:
         """Whether a hit on a tape may read a variable or a float argument twice (``backward``)."""
-        if self._reads_twice is None:
-            self._reads_twice = reads_twice(self, tuple(self.float_args))
-        return self._reads_twice
+        return reads_twice(self, self.float_args)
 
     def run(self, args: list):
         """A hit: the object's Python does not run. ``DECLINED`` when the gradient may be
