@@ -29,10 +29,22 @@ class _CountingStream:
         return getattr(self.stream, name)
 
 
-def objects_of(obj) -> list:
-    """The object and its sublayers (a Keras layer or model), or the object alone."""
+# A Keras model's steps (``fit``'s, ``evaluate``'s, ``predict``'s): their region is the whole step
+STEP_METHODS = frozenset({"train_step", "test_step", "predict_step"})
+
+
+def objects_of(obj, method: str = "") -> list:
+    """The object and its sublayers (a Keras layer or model), or the object alone; for a
+    model's step, its optimizer (and a LossScaleOptimizer's inner one) and its metrics too: the
+    step updates their variables and reads their Python state."""
     layers = list(obj._flatten_layers()) if hasattr(obj, "_flatten_layers") else []
-    return layers + ([obj] if obj not in layers else [])
+    out = layers + ([obj] if obj not in layers else [])
+    if method in STEP_METHODS:
+        optimizer = getattr(obj, "optimizer", None)
+        extra = [optimizer, getattr(optimizer, "inner_optimizer", None),
+                 *getattr(obj, "metrics", ())]
+        out += [o for o in extra if o is not None and all(o is not x for x in out)]
+    return out
 
 
 class EffectProbe:
@@ -88,14 +100,16 @@ def side_outputs(obj, result) -> list[str]:
     return found
 
 
-def hidden_inputs(obj) -> list[str]:
+def hidden_inputs(objs: list) -> list[str]:
     """Python a formed region would not run although its values feed the call: an optimizer's
     learning rate from a callable, or from a schedule that is not Keras's own (Keras's compute
     from the step count; other Python may read state no guard sees, a list item or a global).
+    ``objs``: the call's objects (``objects_of``: a model's step has its optimizer among them).
     """
-    for optimizer in (obj, getattr(obj, "inner_optimizer", None)):  # LossScaleOptimizer's too
-        rate = getattr(optimizer, "_learning_rate", None)
-        if callable(rate) and not type(rate).__module__.startswith("keras."):
-            return [f"hidden input: a learning rate from {type(rate).__name__} (Python that "
-                    f"runs every step)"]
+    for obj in objs:
+        for optimizer in (obj, getattr(obj, "inner_optimizer", None)):  # LossScaleOptimizer's
+            rate = getattr(optimizer, "_learning_rate", None)
+            if callable(rate) and not type(rate).__module__.startswith("keras."):
+                return [f"hidden input: a learning rate from {type(rate).__name__} (Python "
+                        f"that runs every step)"]
     return []

@@ -25,6 +25,7 @@ from tensorflow.python.eager.polymorphic_function import concrete_function, poly
 
 from ..capture import forward_mode
 from ..timeline import RunnerSpan
+from .effects import STEP_METHODS
 from .function_calls import spy_call_flat
 from .hidden_frames import HiddenFrames
 from .python_state import FIT_STATE, WRITES_COUNTED, count_write, forget_writes, same_value
@@ -32,11 +33,16 @@ from .table import Regions
 
 
 def _targets() -> list[tuple[type, str]]:
-    """The methods wrapped. A metric's ``update_state`` is its subclasses' own (``Mean``,
+    """The methods wrapped. A model's ``train_step``, ``test_step`` and ``predict_step`` (those
+    Keras defines: an override is the user's, whose calls are answered one by one) are the whole
+    step of ``fit``, ``evaluate``, ``predict``: one region when the step needs none of its
+    Python, else the calls inside it are the outermost (``_calls_inside``). A metric's
+    ``update_state`` is its subclasses' own (``Mean``,
     ``MeanMetricWrapper`` ...): each class of Keras' metric tree that defines one. Not
     ``result()``: a few ops, often read once per epoch, so forming it would trace an epoch more."""
     out = [(keras.Layer, "__call__"), (keras.losses.Loss, "__call__"),
            (keras.optimizers.Optimizer, "apply_gradients")]
+    out += [(keras.Model, method) for method in sorted(STEP_METHODS)]
     classes, seen = [keras.metrics.Metric], set()
     while classes:
         cls = classes.pop()
@@ -91,6 +97,17 @@ def _wrap(original, method: str):
 
     wrapper.__terra_region_original__ = original
     return wrapper
+
+
+@contextlib.contextmanager
+def _calls_inside():
+    """A model's step runs its Python (no region answers it, none is forming): the calls inside
+    it are the outermost, answered by their own regions."""
+    _local.depth = 0
+    try:
+        yield
+    finally:
+        _local.depth = 1
 
 
 def _wrap_tape(original, method: str):
@@ -190,6 +207,7 @@ class Interception:
         self.regions = Regions() if regions is None else regions
         # tapes are always copied, for eager's order (``eager_order.py``); G only with ``tapes``
         self.regions.tapes.forms = tapes
+        self.regions.open_step = _calls_inside
         self._hold: contextlib.ExitStack | None = None
         self._settled = 0
         self.forming = ""  # the calls whose regions the next iteration runs for real for

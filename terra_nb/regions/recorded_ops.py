@@ -43,12 +43,13 @@ def value_shaped_ops(rec) -> list[int]:
         for p, op in enumerate(rec.ops):
             traced = [rec.out_specs[(p, k)] for k in range(op.n_outputs)]
             outputs = _built(op, env, rec, traced)
+            shaped = True
             for k, (output, (_, shape)) in enumerate(zip(outputs, traced)):
-                env[("op", p, k)] = output
-                if tuple(output.shape.as_list() if output.shape.rank is not None else ()) \
-                        != tuple(shape) or output.shape.rank is None:
-                    found.append(p)
-                    break
+                env[("op", p, k)] = output  # every output: a later op may read any of them
+                shaped &= output.shape.rank is not None and \
+                    tuple(output.shape.as_list()) == tuple(shape)
+            if not shaped:
+                found.append(p)
     return found
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 from tensorflow.python import pywrap_tfe
+from tensorflow.python.eager import context
 from tensorflow.python.eager.core import _FallbackException
 from tensorflow.python.framework import op_def_registry, ops
 
@@ -95,6 +96,16 @@ class RecordingTee:
         seen = getattr(self.inner, "on_placeholder_read", None)
         if seen is not None:
             seen(placeholder)
+
+
+def tf_cached_constants() -> set[int]:
+    """The ids of the constants TensorFlow's eager gradients keep for reuse (``Sum``'s gradient
+    reshapes by ``ones_rank_cache``'s ``[1] * rank``; ``backprop`` fills by ``zeros_cache``'s
+    zeros): each value is fixed by its key and never changes, so a call reading one, made
+    before it, is baked in safely (a tape's gradient taken inside the call reads them)."""
+    ctx = context.context()
+    return {t._id for cache in (ctx.ones_rank_cache(), ctx.zeros_cache())
+            for t in cache._data.values()}
 
 
 class Recording:
@@ -197,7 +208,8 @@ class Recording:
                 self.captures[key] = self.handles[key] = x
             return Wire("var", self._cap[tid]), False
         # a constant: an eager tensor made without an op, or a Python value
-        if tid is not None and self._first_id is not None and tid < self._first_id:
+        if tid is not None and self._first_id is not None and tid < self._first_id \
+                and tid not in tf_cached_constants():
             self.outside.add(tid)  # not made by the call: held by its object, or hidden
         value = x.numpy() if tid is not None else np.asarray(x, dtype)
         key = len(self.captures)

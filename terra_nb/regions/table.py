@@ -14,11 +14,13 @@ from __future__ import annotations
 import contextlib
 import time
 import weakref
+from collections.abc import Callable
 
 from tensorflow.python.framework import op_def_registry
 
 from ..capture.location import user_line
 from ..trace.tracegraph import RegionCall
+from .effects import STEP_METHODS
 from .families import Families, family_key
 from .function_calls import FunctionCalls
 from .guard_key import Unguardable, guard_key, numpy_as_tensors, variables_in
@@ -61,6 +63,8 @@ class Regions:
         self.marks: list[tuple[str, float, float]] = []  # this iteration's hits: call, start, end
         self._keys_of: dict[int, list[tuple]] = {}  # object id -> (guard key, method) of its rows
         self._gone: list[int] = []  # ids of collected objects (their finalizers append them)
+        # how a model's step runs its Python with the calls inside it answered (``intercept``)
+        self.open_step: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
 
     def summary(self) -> RegionSummary:
         return RegionSummary(tuple(r.frozen() for r in self.rows.values()))
@@ -193,7 +197,7 @@ class Regions:
             tracing = self._answer(obj, method, args, kwargs, start)
             if isinstance(tracing, tuple):  # a hit
                 return tracing[0]
-        with tracing or contextlib.nullcontext():
+        with tracing or (self.open_step() if method in STEP_METHODS else contextlib.nullcontext()):
             result = fn(*args, **kwargs)
         if tracing is not None:
             tracing.finish(result)
@@ -308,7 +312,8 @@ class Regions:
              arguments: list) -> None:
         """Make the region of ``key`` from its recording (or refuse it, saying why)."""
         variables = {}
-        for v in list(getattr(obj, "variables", [])) + variables_in(args):
+        owned = [v for o in objs for v in getattr(o, "variables", [])]
+        for v in owned + variables_in(args):
             handle = getattr(v, "handle", None)
             if handle is not None:
                 variables[handle._id] = v

@@ -52,7 +52,7 @@ class TracedCall:
         regions.forming.setdefault(row.name, "traced on its way to a region")
         self.regions, self.key, self.row, self.obj = regions, key, row, obj
         self.tensors, self.args = tensors, args
-        self.objs = objects_of(obj)
+        self.objs = objects_of(obj, key[1])
         self.arguments = argument_objects(args)  # probed, then guarded by the region
         self.epoch = regions.epoch
         self.tee = RecordingTee(hooks.current_sink())
@@ -71,7 +71,7 @@ class TracedCall:
         rec = Recording(self.tee, self.tensors, result)
         rec.no_backward = self.callees.own_gradient
         rec.shapes_read = rec.positions_of(self.callees.shape_reads)
-        effects = self.probe.effects + side_outputs(self.obj, result) + hidden_inputs(self.obj)
+        effects = self.probe.effects + side_outputs(self.obj, result) + hidden_inputs(self.objs)
         effects += self.callees.finish(result)
         if rec.outside - self.probe.tensor_ids():
             effects.append(f"reads {len(rec.outside - self.probe.tensor_ids())} tensor(s) made "

@@ -324,3 +324,33 @@ def program(case: Case):
         return {"loss": losses, "metric": results}, variables_of(net, opt) + metric_vars
 
     return loop_over
+
+
+class StepLogs(keras.callbacks.Callback):
+    """Every training step's logs as ``fit`` reports them (the epoch's running means)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[list[float]] = []
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        self.seen.append([float(v) for v in (logs or {}).values()])
+
+
+def fit_program(case: Case, epochs: int = 2):
+    """``program(loop)`` for ``region_programs.run`` in which Keras's ``fit`` (``run_eagerly``)
+    runs the loop: each step is one Terra iteration, and ``loop`` is not used. ({"logs": every
+    step's logs}, the model's, optimizer's and metrics' variables)."""
+
+    def fit_over(loop):
+        net, opt, lossf = case.model(), case.optimizer(), case.loss()
+        metrics = [case.metric()] if case.metric else []
+        net.compile(optimizer=opt, loss=lossf, metrics=metrics, run_eagerly=True)
+        x, y = (np.concatenate(part) for part in zip(*case.data()))
+        steps = StepLogs()
+        net.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0,
+                callbacks=[steps])
+        metric_vars = [(v.path, v.numpy()) for m in metrics for v in m.variables]
+        return {"logs": steps.seen}, variables_of(net, opt) + metric_vars
+
+    return fit_over
