@@ -96,6 +96,45 @@ def test_a_train_step_holding_python_runs_its_python_every_step():
     assert sum(s.fetches for s in terra.stats if s.phase == "coexec") >= 20  # float(loss)
 
 
+NOTED: list = []
+
+
+class Noted(keras.layers.Layer):
+    """A layer that keeps a Python record of every call: an effect a region would not repeat."""
+
+    def call(self, x):
+        NOTED.append(x.shape[0])
+        return x
+
+
+def _fit_noted():
+    NOTED.clear()
+    x, y = data()
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                              Noted(), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", metrics=["mae"],
+                  run_eagerly=True)
+    history = model.fit(x, y, batch_size=8, epochs=4, verbose=0)
+    return (history.history, list(NOTED)), model
+
+
+def test_a_step_that_needs_its_python_runs_it_and_its_calls_are_answered_one_by_one():
+    """A layer's ``call`` appends to a list every step: the step's region is refused (a hit
+    would not append), the step's Python runs every step as in plain ``fit``, and the calls
+    inside it are the outermost ones, answered by their own regions (the optimizer's, the
+    loss's, the metrics'): without that the whole step ran op by op."""
+    plain = run_fit(_fit_noted, None)
+    got = run_fit(_fit_noted, COEXEC)
+    assert_equal_runs(got, plain)
+    (_, noted), _, _, terra = got
+    assert noted.count(8) == 32  # (and None: the symbolic call that builds the model)
+    step = next(r for r in terra.regions.rows if r.name == "Sequential.train_step")
+    assert step.state == "refused" and "NOTED" in step.reason, str(terra.regions)
+    assert hits(terra, "Adam.apply_gradients") >= 16, str(terra.regions)
+    assert hits(terra, "LossFunctionWrapper.__call__") >= 16, str(terra.regions)
+    assert_coexecuted(terra, at_least=0.75, last=8)
+
+
 def _fit_validate_checkpoint_evaluate_predict(path):
     def program():
         x, y = data()
@@ -130,6 +169,10 @@ def test_validation_early_stopping_checkpoint_evaluate_and_predict(tmp_path):
     assert sum(label.startswith("fit") for label in coexec) >= 16
     assert sum(label.startswith("evaluate") for label in coexec) >= 8
     assert sum(label.startswith("predict") for label in coexec) >= 3
+    # evaluate's and predict's steps are regions of their own, as fit's is
+    assert hits(terra, "Sequential.train_step") >= 16, str(terra.regions)
+    assert hits(terra, "Sequential.test_step") >= 8, str(terra.regions)
+    assert hits(terra, "Sequential.predict_step") >= 1, str(terra.regions)
 
 
 def _fit_compiled():
