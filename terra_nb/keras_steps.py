@@ -90,6 +90,7 @@ class KerasSteps:
         self._terra = terra
         self._wrapped: list[StepFunction] = []
         self._said: set[tuple] = set()
+        self._made: set[tuple] = set()  # (model id, kind) made in this Terra (``first_make``)
 
     def open(self) -> None:
         """Wrap Keras's ``make_*_function`` (once for all open Terras) and take this thread's
@@ -117,6 +118,15 @@ class KerasSteps:
             _users -= 1
             if _users == 0:
                 _unwrap_makers()
+
+    def first_make(self, model: Any, kind: str) -> bool:
+        """Whether this is the first time in this Terra that ``model`` makes its step function
+        for ``kind``, and its steps run eagerly (making an eager one again costs nothing)."""
+        key = (id(model), kind)
+        if key in self._made or not (model.run_eagerly or tf.config.functions_run_eagerly()):
+            return False
+        self._made.add(key)
+        return True
 
     def adopt(self, model: Any, kind: str) -> None:
         """``model`` made its step function for ``kind``: stand in for it."""
@@ -165,6 +175,11 @@ class KerasSteps:
 def _make(original, kind: str):
     @functools.wraps(original)
     def make(model, *args, **kwargs):
+        steps = getattr(_local, "steps", None)
+        if steps is not None and steps.first_make(model, kind):
+            # a function Keras made before the Terra opened calls the step it found then,
+            # not the one regions answer (regions/intercept.py): an eager one is made again
+            kwargs["force"] = True
         result = original(model, *args, **kwargs)
         steps = getattr(_local, "steps", None)
         if steps is not None:

@@ -77,6 +77,31 @@ def test_a_long_call_starts_the_graph_before_the_step_is_read(monkeypatch):
     assert len(ran) >= 2 and ran[0].endswith("region_Sequential_train_step_forward"), ran
 
 
+def test_a_model_fitted_before_the_terra_gets_its_step_region():
+    """Keras keeps a model's step function from its first ``fit``: one made before the Terra
+    opened calls ``train_step`` as it was then. Inside the Terra an eager one is made again,
+    so the step is one region all the same."""
+    x, y = data()
+    model = mlp()
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)  # plainly, before the Terra
+
+    def program():
+        history = model.fit(x, y, batch_size=8, epochs=3, verbose=0)
+        return history.history, model
+
+    twin = mlp()  # the same start, fitted plainly both times
+    twin.set_weights(model.get_weights())
+    twin.optimizer.build(twin.trainable_variables)
+    for mine, theirs in zip(twin.optimizer.variables, model.optimizer.variables):
+        mine.assign(theirs)
+    plain = run_fit(lambda: (twin.fit(x, y, batch_size=8, epochs=3, verbose=0).history, twin),
+                    None)
+    got = run_fit(program, COEXEC)
+    assert_equal_runs(got, plain)
+    terra = got[3]
+    assert hits(terra, "Sequential.train_step") >= 16, str(terra.regions)
+
+
 def _fit_python_step():
     x, y = data()
     model = python_step_model()
