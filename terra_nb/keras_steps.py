@@ -91,6 +91,7 @@ class KerasSteps:
         self._wrapped: list[StepFunction] = []
         self._said: set[tuple] = set()
         self._made: set[tuple] = set()  # (model id, kind) made in this Terra (``first_make``)
+        self._opened = False  # counted among the users of Keras's wrapped makers
 
     def open(self) -> None:
         """Wrap Keras's ``make_*_function`` (once for all open Terras) and take this thread's
@@ -100,6 +101,7 @@ class KerasSteps:
             if _users == 0:
                 _wrap_makers()
             _users += 1
+            self._opened = True
         _local.steps = self
 
     def close(self) -> None:
@@ -108,6 +110,9 @@ class KerasSteps:
         global _users
         if getattr(_local, "steps", None) is self:
             _local.steps = None
+        if not self._opened:  # a Terra whose opening was cut short before this opened
+            return
+        self._opened = False
         for fn in self._wrapped:
             model = fn.model()
             attr = _ATTR_OF[fn.kind]

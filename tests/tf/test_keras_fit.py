@@ -102,6 +102,26 @@ def test_a_model_fitted_before_the_terra_gets_its_step_region():
     assert hits(terra, "Sequential.train_step") >= 16, str(terra.regions)
 
 
+def test_a_terra_whose_opening_was_cut_short_leaves_fit_coexecuted_later(monkeypatch):
+    """A Ctrl-C landing while a Terra opens, before it wrapped Keras's step makers, closes it:
+    that close must not count one user less (it did, and every later Terra in the process left
+    ``fit`` alone: the full suite met it after ``test_open_interrupted``)."""
+    from terra_nb import Terra, heap
+
+    real_freeze = heap.freeze
+
+    def freeze_then_ctrl_c():
+        real_freeze()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(heap, "freeze", freeze_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt), Terra():
+        pass
+    monkeypatch.setattr(heap, "freeze", real_freeze)
+    got = run_fit(_fit_mlp, COEXEC)
+    assert_coexecuted(got[3], at_least=0.75, last=8)
+
+
 def _fit_python_step():
     x, y = data()
     model = python_step_model()
