@@ -42,6 +42,7 @@ from .callee_rules import (
     c_verdict,
     python_verdict,
 )
+from .python_state import FIT_STATE
 
 MAX_REASONS = 3
 _GENERATORS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -95,6 +96,20 @@ def _shape_codes() -> frozenset[CodeType]:
 
 
 _SHAPE_READS = _shape_codes()
+# an eager tensor's own (C) ways to read its shape, called from TensorFlow's Python
+_C_SHAPE_READS = frozenset({"_shape_tuple", "_rank", "_num_elements", "_copy_shape"})
+
+
+_fit_names: dict[CodeType, bool] = {}
+
+
+def _names_fit_state(code: CodeType) -> bool:
+    """Whether the user's ``code`` names an attribute ``fit`` sets on a model between steps
+    (``self.history.epoch``): the state walk leaves those out (``python_state.FIT_STATE``)."""
+    names = _fit_names.get(code)
+    if names is None:
+        names = _fit_names[code] = not FIT_STATE.isdisjoint(code.co_names)
+    return names
 
 
 def _where(frame: FrameType | None) -> str:
@@ -153,11 +168,17 @@ class CalleeWatch:
             if verdict is USER:
                 if frame.f_code.co_flags & _GENERATORS:
                     self._resumed(frame)
+                if _names_fit_state(frame.f_code):
+                    self._refuse("reads what fit keeps on the model between steps ("
+                                 + ", ".join(sorted(FIT_STATE & set(frame.f_code.co_names)))
+                                 + "): a region would keep the value it read", frame)
             elif verdict is _RECORD:
                 self._recorded(frame)
             else:
                 self._judged(frame, verdict)
         elif event == "c_call":
+            if getattr(arg, "__name__", None) in _C_SHAPE_READS:
+                self._c_shape_read(arg, frame)
             if (_python.get(frame.f_code) or _python_verdict(frame)) is not USER:
                 return  # a trusted caller's C calls are trusted with it
             key = c_key(arg)
@@ -193,6 +214,14 @@ class CalleeWatch:
         if caller is not None and not caller.f_globals.get("__name__", "").startswith(
                 "terra_nb"):
             self.shape_reads.add(getattr(frame.f_locals.get("self"), "_id", None))
+
+    def _c_shape_read(self, method, frame: FrameType) -> None:
+        """An eager tensor's shape read in C by any Python but terra-nb's (TensorFlow's
+        ``tf.size`` computes a size from ``_shape_tuple()`` in Python: a constant)."""
+        tensor = getattr(method, "__self__", None)
+        if isinstance(tensor, ops.EagerTensor) and not frame.f_globals.get(
+                "__name__", "").startswith("terra_nb"):
+            self.shape_reads.add(tensor._id)
 
     def _resumed(self, frame: FrameType) -> None:
         if frame.f_lasti <= _first_resume(frame.f_code):

@@ -40,7 +40,14 @@ import numpy as np
 import tensorflow as tf
 from keras.src.ops import node as keras_node
 
-from .state_fingerprints import NUMPY_RANDOM, generator_state, numpy_random_state
+from .state_fingerprints import (
+    KERAS_CONFIG,
+    NUMPY_RANDOM,
+    generator_state,
+    keras_config,
+    label,
+    numpy_random_state,
+)
 
 _ATOMS = (type(None), bool, int, float, complex, str, bytes)
 _OPAQUE = (tf.Tensor, tf.Variable, keras.Variable, keras.KerasTensor, keras_node.Node,
@@ -70,8 +77,11 @@ _EMPTY = object()  # an empty closure cell
 
 
 # Keras classes whose attribute assignments are counted (``count_write``, by ``intercept``'s
-# ``__setattr__`` wrappers)
-WRITES_COUNTED = (keras.Layer, keras.losses.Loss, keras.optimizers.Optimizer, keras.metrics.Metric)
+# ``__setattr__`` wrappers). A ``keras.Variable``'s ``trainable``, ``constraint`` and
+# ``regularizer`` decide what a model's step trains and how (a callback freezing one kernel
+# mid-fit); its value is the graph's
+WRITES_COUNTED = (keras.Layer, keras.losses.Loss, keras.optimizers.Optimizer, keras.metrics.Metric,
+                  keras.Variable)
 _writes: dict[int, int] = {}  # id(object) -> attribute assignments seen (``count_write``)
 
 
@@ -169,7 +179,8 @@ class _Walk:
 
     def run(self, roots: list) -> None:
         """Walk from ``roots``; each root is named by its class (``Dense.rate``), what it holds
-        by the path from there."""
+        by the path from there. Keras's global settings are read by every call's Keras code."""
+        self.source(keras_config, "keras.config", list(KERAS_CONFIG))
         for root in roots:
             self.step(root, type(root).__name__)
         while self.stack:
@@ -178,7 +189,13 @@ class _Walk:
     def step(self, obj, path: str) -> None:
         if isinstance(obj, tf.Tensor):
             self.tensors.add(id(obj))
-        elif id(obj) not in self.seen and not isinstance(obj, _OPAQUE):
+        elif id(obj) in self.seen:
+            return
+        elif isinstance(obj, _OPAQUE):
+            if isinstance(obj, self.counting):  # a Keras variable: its attributes, counted
+                self.seen.add(id(obj))
+                self.counted.append(obj)
+        else:
             self.seen.add(id(obj))
             try:
                 self.visit(obj, path)
@@ -215,6 +232,9 @@ class _Walk:
         elif isinstance(obj, property | staticmethod | classmethod):
             self.stack += [(getattr(obj, a), path) for a in ("fget", "fset", "__func__")
                            if getattr(obj, a, None) is not None]
+        elif isinstance(obj, weakref.ref):  # what it refers to now, read through it
+            self.source(lambda: (obj(),), path, ["()"])
+            self.push((obj(),), path)
         elif isinstance(obj, types.GeneratorType):  # where it stands and its locals
             self.source(lambda: generator_state(obj), path)
         elif isinstance(obj, random.Random):  # a generator of the user's own
@@ -329,7 +349,7 @@ class PythonState:
                 out.append(f"{path} (items added or removed)")
                 continue
             keys = list(getattr(source(), "mapping", ())) if names in (".", "[]") else names
-            out += [_label(path, names, keys, i) for i, (v, w) in enumerate(zip(values, then))
+            out += [label(path, names, keys, i) for i, (v, w) in enumerate(zip(values, then))
                     if not same_value(v, w)]
         out += [f"a numpy array of shape {a.shape}" for a, b in self._arrays if a.tobytes() != b]
         if _writes_to(self._counted) != self._writes:
@@ -378,15 +398,3 @@ def same_value(a, b) -> bool:
     same type (a float, or a numpy scalar, assigned again each step)."""
     return a is b or (type(a) is type(b) and (type(a) in _ATOMS or isinstance(a, np.generic))
                       and bool(a == b))
-
-
-def _label(path: str, names, keys, i: int) -> str:
-    """Of the ``i``-th value of a source: ``Dense.rate``, ``Dense.cfg['k']``, ``Dense.lst[0]``,
-    ``Scale.call global X``."""
-    if names == ".":
-        return f"{path}.{keys[i]}"
-    if names == "[]":
-        return f"{path}[{keys[i]!r}]"
-    if names == "keys":
-        return f"{path} (keys)"
-    return f"{path}[{i}]" if names is None else f"{path} {names[i]}"
