@@ -87,8 +87,7 @@ _writes: dict[int, int] = {}  # id(object) -> attribute assignments seen (``coun
 
 def count_write(obj) -> None:
     """An attribute of ``obj`` was assigned (the ``__setattr__`` wrappers of ``intercept``)."""
-    key = id(obj)
-    _writes[key] = _writes.get(key, 0) + 1
+    _writes[id(obj)] = _writes.get(id(obj), 0) + 1
 
 
 def forget_writes() -> None:
@@ -122,10 +121,11 @@ def _user(obj) -> bool:
 
 
 def _walked_instance(obj) -> bool:
-    """Whether an object's attributes are walked: Keras's objects (a loss's ``_fn_kwargs``) and
-    the user's."""
+    """Whether an object's attributes are walked: Keras's objects (a loss's ``_fn_kwargs``), the
+    user's, and ``types.SimpleNamespace`` (a config kept in one)."""
     module = getattr(type(obj), "__module__", None)
-    return (isinstance(module, str) and module.split(".", 1)[0] == "keras") or _user(type(obj))
+    return (isinstance(module, str) and module.split(".", 1)[0] == "keras") or _user(type(obj)) \
+        or type(obj) is types.SimpleNamespace
 
 
 def _cell(cell):

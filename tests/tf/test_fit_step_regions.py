@@ -1,12 +1,13 @@
 """A ``fit`` step as one region (``regions/intercept.py``: Keras's ``train_step``) against what a
 step's Python may read that the step's region would bake in. Each program was a difference from
 the eager ``fit`` found by the adversarial review of step regions (``/work/adv10``: p49, p56,
-p57, p59, p62); each now equals plain ``fit`` bit for bit, and the test asserts how: the step's
+p57, p59, p62, p70); each now equals plain ``fit`` bit for bit, and the test asserts how: the step's
 region missed its guard when the state changed, or was refused, saying why.
 """
 
 from __future__ import annotations
 
+import types
 import weakref
 
 import keras
@@ -173,3 +174,40 @@ def test_state_read_through_a_weak_reference_is_guarded():
     terra = _compare(program)
     row = _step_row(terra)
     assert row.hits >= 16 and "scale" in row.last_miss, str(terra.regions)
+
+
+DEBUG = types.SimpleNamespace(last=None)
+
+
+class _Stashing(keras.Model):
+    """``compute_loss`` keeps the batch's predictions on a namespace for a callback to show
+    (review p70)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden, self.out = keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)
+
+    def call(self, x):
+        return self.out(self.hidden(x))
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        DEBUG.last = y_pred
+        return super().compute_loss(x, y, y_pred, sample_weight, training)
+
+
+def test_a_step_writing_to_a_namespace_is_refused():
+    """A ``types.SimpleNamespace`` is walked as a user object is: the assignment is an effect a
+    hit would not repeat, so the callback sees each batch's predictions, as in plain ``fit``."""
+    shown = []
+
+    def show(model, epoch):
+        shown.append(np.asarray(DEBUG.last).tobytes())
+
+    def program():
+        shown.clear()
+        values, model = _fit(_Stashing(), _Each(show))
+        return (values, list(shown)), model
+
+    terra = _compare(program)
+    row = _step_row(terra)
+    assert row.state == "refused" and "DEBUG.last" in row.reason, str(terra.regions)
