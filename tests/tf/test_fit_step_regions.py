@@ -1,8 +1,8 @@
 """A ``fit`` step as one region (``regions/intercept.py``: Keras's ``train_step``) against what a
 step's Python may read that the step's region would bake in. Each program was a difference from
 the eager ``fit`` found by the adversarial review of step regions (``/work/adv10``: p49, p56,
-p57, p59, p62, p70); each now equals plain ``fit`` bit for bit, and the test asserts how: the step's
-region missed its guard when the state changed, or was refused, saying why.
+p57, p59, p62, p70); each now equals plain ``fit`` bit for bit, and the test asserts how: the
+step's region missed its guard when the state changed, or was refused, saying why.
 """
 
 from __future__ import annotations
