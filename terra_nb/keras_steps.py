@@ -184,7 +184,10 @@ def _make(original, kind: str):
         if steps is not None and steps.first_make(model, kind):
             # a function Keras made before the Terra opened calls the step it found then,
             # not the one regions answer (regions/intercept.py): an eager one is made again
-            kwargs["force"] = True
+            if args:  # an override passing ``force`` on (``super().make_...(force)``)
+                args = (True, *args[1:])
+            else:
+                kwargs["force"] = True
         result = original(model, *args, **kwargs)
         steps = getattr(_local, "steps", None)
         if steps is not None:

@@ -122,6 +122,26 @@ def test_a_terra_whose_opening_was_cut_short_leaves_fit_coexecuted_later(monkeyp
     assert_coexecuted(got[3], at_least=0.75, last=8)
 
 
+class _MakesItsOwn(keras.Sequential):
+    """Overrides ``make_train_function``, passing ``force`` on by position (review p74)."""
+
+    def make_train_function(self, force=False):
+        return super().make_train_function(force)
+
+
+def test_a_step_maker_override_passing_force_by_position():
+    def program():
+        x, y = data()
+        model = _MakesItsOwn([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                              keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", run_eagerly=True)
+        return model.fit(x, y, batch_size=8, epochs=3, verbose=0).history, model
+
+    got = run_fit(program, COEXEC)
+    assert_equal_runs(got, run_fit(program, None))
+    assert hits(got[3], "_MakesItsOwn.train_step") >= 16, str(got[3].regions)
+
+
 def _fit_python_step():
     x, y = data()
     model = python_step_model()
