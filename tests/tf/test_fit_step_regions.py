@@ -95,8 +95,8 @@ def test_keras_epsilon_set_mid_fit_is_a_guard_miss():
     assert row.hits >= 12 and "keras.config epsilon" in row.last_miss, str(terra.regions)
 
 
-class _Curriculum(keras.Model):
-    """A loss term weighted by the epoch, read from ``self.history`` (review p56)."""
+class _TwoLayers(keras.Model):
+    """A subclassed 16-1 model; subclasses override ``compute_loss``."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -104,6 +104,10 @@ class _Curriculum(keras.Model):
 
     def call(self, x):
         return self.out(self.hidden(x))
+
+
+class _Curriculum(_TwoLayers):
+    """A loss term weighted by the epoch, read from ``self.history`` (review p56)."""
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         loss = super().compute_loss(x, y, y_pred, sample_weight, training)
@@ -179,16 +183,9 @@ def test_state_read_through_a_weak_reference_is_guarded():
 DEBUG = types.SimpleNamespace(last=None)
 
 
-class _Stashing(keras.Model):
+class _Stashing(_TwoLayers):
     """``compute_loss`` keeps the batch's predictions on a namespace for a callback to show
     (review p70)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hidden, self.out = keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)
-
-    def call(self, x):
-        return self.out(self.hidden(x))
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         DEBUG.last = y_pred
