@@ -61,13 +61,21 @@ _RECORDERS = ("record_operation", "record_operation_backprop_only")  # of eager.
 _MISSING = object()
 
 
+@functools.cache
+def _property(cls: type, name: str) -> bool:
+    """Whether ``cls.name`` is a property: its setter's own assignments pass through
+    ``__setattr__`` again (counted there), and what it assigns to a variable is the graph's
+    (``optimizer.learning_rate = 1e-3`` assigns its variable: no change a region bakes in)."""
+    return isinstance(getattr(cls, name, None), property)
+
+
 def _counting(original):
     def __setattr__(self, name, value):  # noqa: N807 - it replaces __setattr__
         # Keras assigns ``built`` and ``_called`` again on every call (the same object); a loop
         # may assign a scheduled float that stopped changing (an equal new object): no change
         # (``fit`` sets a model's ``history`` and step functions: the loop's, never a call's)
-        if name not in FIT_STATE and not same_value(getattr(self, "__dict__", {}).get(
-                name, _MISSING), value):
+        if name not in FIT_STATE and not _property(type(self), name) and not same_value(
+                getattr(self, "__dict__", {}).get(name, _MISSING), value):
             count_write(self)
         original(self, name, value)
 
