@@ -128,7 +128,7 @@ class KerasSteps:
         """Whether this is the first time in this Terra that ``model`` makes its step function
         for ``kind``, and its steps run eagerly (making an eager one again costs nothing)."""
         key = (id(model), kind)
-        if key in self._made or not (model.run_eagerly or tf.config.functions_run_eagerly()):
+        if key in self._made or not _runs_eagerly(model):
             return False
         self._made.add(key)
         return True
@@ -153,7 +153,7 @@ class KerasSteps:
         model = fn.model()
         if getattr(_local, "steps", None) is not self or model is None:
             return fn.original(data)  # another thread, or the Terra closed meanwhile
-        if not (model.run_eagerly or tf.config.functions_run_eagerly()):
+        if not _runs_eagerly(model):
             self._say_once(("compiled", id(model), fn.kind),
                            f"{model.name}.{fn.kind}() runs steps Keras compiled "
                            f"(run_eagerly=False): left alone, one graph call per step; "
@@ -177,6 +177,12 @@ class KerasSteps:
 
 
 
+def _runs_eagerly(model: Any) -> bool:
+    """Whether ``model``'s steps run eagerly (``compile(run_eagerly=True)``, or every function
+    made to: ``tf.config.run_functions_eagerly(True)``)."""
+    return bool(model.run_eagerly or tf.config.functions_run_eagerly())
+
+
 def _make(original, kind: str):
     @functools.wraps(original)
     def make(model, *args, **kwargs):
@@ -189,7 +195,6 @@ def _make(original, kind: str):
             else:
                 kwargs["force"] = True
         result = original(model, *args, **kwargs)
-        steps = getattr(_local, "steps", None)
         if steps is not None:
             steps.adopt(model, kind)
         return result

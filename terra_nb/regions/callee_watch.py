@@ -108,6 +108,8 @@ def _names_fit_state(code: CodeType) -> bool:
     (``self.history.epoch``): the state walk leaves those out (``python_state.FIT_STATE``)."""
     names = _fit_names.get(code)
     if names is None:
+        if len(_fit_names) > 65536:  # (as ``_python``: code objects made at run time)
+            _fit_names.clear()
         names = _fit_names[code] = not FIT_STATE.isdisjoint(code.co_names)
     return names
 
