@@ -42,7 +42,7 @@ from .callee_rules import (
     c_verdict,
     python_verdict,
 )
-from .python_state import FIT_STATE
+from .state_walk import FIT_STATE
 
 MAX_REASONS = 3
 _GENERATORS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -105,7 +105,7 @@ _fit_names: dict[CodeType, bool] = {}
 
 def _names_fit_state(code: CodeType) -> bool:
     """Whether the user's ``code`` names an attribute ``fit`` sets on a model between steps
-    (``self.history.epoch``): the state walk leaves those out (``python_state.FIT_STATE``)."""
+    (``self.history.epoch``): the state walk leaves those out (``state_walk.FIT_STATE``)."""
     names = _fit_names.get(code)
     if names is None:
         if len(_fit_names) > 65536:  # (as ``_python``: code objects made at run time)

@@ -14,7 +14,8 @@ import sys
 
 import numpy as np
 
-from .python_state import PythonState, TooLarge
+from .python_state import PythonState
+from .state_walk import UnguardedState
 
 
 class _CountingStream:
@@ -62,8 +63,8 @@ class EffectProbe:
     def __enter__(self) -> EffectProbe:
         try:
             self.state = PythonState(self.objs)
-        except TooLarge as why:
-            self.state, self.too_large = None, str(why)
+        except UnguardedState as why:
+            self.state, self.unguardable = None, str(why)
         self.random = self._random()
         self.out, self.err = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = _CountingStream(self.out), _CountingStream(self.err)
@@ -78,7 +79,7 @@ class EffectProbe:
         sys.stdout, sys.stderr = self.out, self.err
         self.effects = [f"stdout/stderr write ({writes})"] if writes else []
         if self.state is None:
-            self.effects.append(f"too much state to guard: {self.too_large}")
+            self.effects.append(f"Python state no guard can compare: {self.unguardable}")
         elif changed := self.state.changed():
             self.effects.append(f"attribute changed: {', '.join(changed[:4])}"
                                 + (f" and {len(changed) - 4} more" if len(changed) > 4 else ""))

@@ -28,7 +28,8 @@ from ..timeline import RunnerSpan
 from .effects import STEP_METHODS
 from .function_calls import spy_call_flat
 from .hidden_frames import HiddenFrames
-from .python_state import FIT_STATE, WRITES_COUNTED, count_write, forget_writes, same_value
+from .python_state import count_write, forget_writes, same_value
+from .state_walk import FIT_STATE, WRITES_COUNTED
 from .table import Regions
 
 

@@ -164,8 +164,8 @@ class Region:
     def watch(self, objs: list, arguments: list) -> None:
         """Keep weakly the objects whose state guards the region (the object and its
         sublayers), and a snapshot of the Python state reachable from them and from the
-        ``arguments`` that are objects (``python_state``: raises ``TooLarge``), which every hit
-        compares."""
+        ``arguments`` that are objects (``python_state``: raises ``UnguardedState``), which every
+        hit compares."""
         self._objs = [weakref.ref(o) for o in objs]
         self.python = PythonState(objs + arguments, count_writes=True)
         # the snapshot holds the layers (in the lists the model keeps): once the model is gone,

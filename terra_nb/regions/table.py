@@ -24,9 +24,9 @@ from .effects import STEP_METHODS
 from .families import Families, family_key
 from .function_calls import FunctionCalls
 from .guard_key import Unguardable, guard_key, numpy_as_tensors, variables_in
-from .python_state import TooLarge
 from .recording import Recording
 from .region import DECLINED, Region
+from .state_walk import UnguardedState
 from .summary import RegionRow, RegionSummary
 from .tapes import Tapes
 from .traced_call import TracedCall, unsound_ops
@@ -343,8 +343,8 @@ class Regions:
             return
         try:
             region.watch(objs, arguments)
-        except TooLarge as why:
-            self._refuse_for_good(row, f"too much Python state to guard: {why}")
+        except UnguardedState as why:
+            self._refuse_for_good(row, f"Python state no guard can compare: {why}")
             return
         row.any_shape = self.families.join(family_key(obj, key[1], rec), region)
         region.epoch = self.epoch

@@ -2,7 +2,7 @@
 ``Terra(regions=True)``, compared bit for bit.
 
 ``CALLS`` counts the Python calls of ``CountingDense.call`` (and of effect layers) from OUTSIDE
-the objects (in ``call_counts``, a module no guard walks), so a test can assert the object's
+the objects (``call_counts.count``, kept where no guard looks), so a test can assert the object's
 Python did not run on region hits.
 """
 
@@ -29,7 +29,7 @@ OPTIONS = {"eager": EAGER, "coexec": COEXEC}
 
 class CountingDense(keras.layers.Dense):
     def call(self, inputs, training=None):
-        call_counts.CALLS["Dense.call"] += 1
+        call_counts.count("Dense.call")
         return super().call(inputs, training=training)
 
 
@@ -42,7 +42,7 @@ class EffectLayer(keras.layers.Layer):
         self.scale = tf.constant([2.0])  # a tensor made before any call
 
     def call(self, x):
-        call_counts.CALLS[f"EffectLayer.{self.effect}"] += 1
+        call_counts.count(f"EffectLayer.{self.effect}")
         if self.effect == "print":
             print("EffectLayer.call")
         elif self.effect == "counter":

@@ -1,17 +1,21 @@
 """A region's guard sees the Python state its call reads: an item of a dict or list the layer
-holds, an attribute of a plain object it holds, a module global, a closure cell, a class
-attribute, a small numpy array, a Keras loss's keyword arguments. Each is changed in the middle
+holds, an attribute of a plain object it holds, a module global, a module's attribute, a closure
+cell, a class attribute, a numpy array (small or large), a standard-library object's attribute (a
+``threading.Event``), a Keras loss's keyword arguments. Each is changed in the middle
 of a training loop; the values stay eager's, and the region misses once (naming what changed)
 and forms again (``terra_nb.regions.python_state``)."""
 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
+import threading
 
 import keras
 import numpy as np
 import pytest
+import scale_config
 import tensorflow as tf
 from region_programs import OPTIONS, compare, data, formed, rows, state_of
 
@@ -53,15 +57,19 @@ class HiddenState(keras.layers.Layer):
         self.settings = Settings()
         self.get_scale, self.put_scale = closure_scale()
         self.mask = np.ones(4, np.float32)
+        self.table = np.ones(5000, np.float32)  # more than a small array: compared all the same
+        self.flag = threading.Event()
 
     def call(self, x):
         scale = self.cfg["scale"] * self.factors[0] * self.settings.scale * SCALE
-        return (x * scale * self.get_scale() + HiddenState.offset) * self.mask
+        scale *= scale_config.SCALE * (1.5 if self.flag.is_set() else 1.0)
+        return (x * scale * self.get_scale() + HiddenState.offset) * self.mask * self.table[:4]
 
 
 def _set_global(value: float) -> None:
     global SCALE
     SCALE = value
+    scale_config.SCALE = value
 
 
 CHANGES = {  # what changes at step CHANGE_AT, and what the miss names
@@ -73,6 +81,10 @@ CHANGES = {  # what changes at step CHANGE_AT, and what the miss names
     "closure cell": (lambda layer: layer.put_scale(3.0), "closure scale"),
     "class attribute": (lambda layer: setattr(HiddenState, "offset", 1.0), "HiddenState.offset"),
     "numpy array": (lambda layer: layer.mask.__setitem__(0, 0.5), "numpy array of shape (4,)"),
+    "large numpy array": (lambda layer: layer.table.__setitem__(1, 0.5),
+                          "numpy array of shape (5000,)"),
+    "module attribute": (lambda layer: setattr(scale_config, "SCALE", 3.0), "scale_config.SCALE"),
+    "standard-library object": (lambda layer: layer.flag.set(), "HiddenState.flag._flag"),
 }
 
 
@@ -294,6 +306,27 @@ def test_a_call_that_advances_a_generator_is_refused(mode):
     (row,) = rows(terra, "Sequential.__call__")
     assert row.state == "refused" and row.hits == 0
     assert "Scheduled.schedule" in row.reason, str(terra.regions)
+
+
+class Cycled(keras.layers.Layer):
+    """A layer whose call advances an ``itertools.cycle``: a C iterator, whose position no
+    walk can read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gains = itertools.cycle([2.0, 3.0])
+
+    def call(self, x):
+        return x * next(self.gains)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_layer_holding_an_iterator_of_the_standard_library_is_refused(mode):
+    program = layer_loop(Cycled, lambda layer, step: None, result=lambda layer: next(layer.gains))
+    terra, _, _ = compare(program, OPTIONS[mode])
+    (row,) = rows(terra, "Sequential.__call__")
+    assert row.state == "refused" and row.hits == 0
+    assert "Cycled.gains" in row.reason and "itertools.cycle" in row.reason, str(terra.regions)
 
 
 class Options:
