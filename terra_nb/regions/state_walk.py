@@ -124,7 +124,7 @@ def _cell(cell):
         return EMPTY
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4096)  # a notebook defines functions anew: bounded
 def _code_reads(code: types.CodeType) -> tuple[frozenset[str], tuple[tuple[str, ...], ...]]:
     """The global names a function's code (and the code of functions defined in it) reads, and
     the dotted names it reads from them (``config.SCALE``: ``("config", "SCALE")``)."""

@@ -329,6 +329,29 @@ def test_a_layer_holding_an_iterator_of_the_standard_library_is_refused(mode):
     assert "Cycled.gains" in row.reason and "itertools.cycle" in row.reason, str(terra.regions)
 
 
+class BigTable(keras.layers.Layer):
+    """A layer holding more numpy data than a hit compares (4.4 MB)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = np.ones(1_100_000, np.float32)
+
+    def call(self, x):
+        return x * self.table[:8]
+
+
+def rewrite_table(layer, step: int) -> None:
+    layer.table[step % 8] = float(step)  # in place, every step
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_layer_holding_more_numpy_data_than_a_hit_compares_is_refused(mode):
+    terra, _, _ = compare(layer_loop(BigTable, rewrite_table), OPTIONS[mode])
+    (row,) = rows(terra, "Sequential.__call__")
+    assert row.state == "refused" and row.hits == 0
+    assert "BigTable.table" in row.reason and "MiB" in row.reason, str(terra.regions)
+
+
 class Options:
     """A plain object passed to the call as an argument."""
 
