@@ -71,7 +71,8 @@ class EffectProbe:
         return self
 
     def tensor_ids(self) -> set[int]:
-        """Ids of the tensors the probed objects hold (a layer's constant)."""
+        """TensorFlow ids (``_id``) of the tensors the probed objects hold (a layer's
+        constant): a recording's input among them is baked in, guarded by where it is held."""
         return set() if self.state is None else self.state.tensor_ids
 
     def __exit__(self, *exc) -> None:

@@ -57,7 +57,7 @@ class PythonState:
         walk.run(roots)
         self._sources, self._names, self._arrays = walk.sources, walk.names, walk.arrays
         self._sized = walk.sizes
-        self.tensor_ids = walk.tensors  # ids only: the objects hold the tensors
+        self.tensor_ids = walk.tensors  # TensorFlow ids only: the objects hold the tensors
         self._sizes = list(map(len, self._sized))
         self._counted = [id(o) for o in walk.counted]
         self._writes = _writes_to(self._counted)

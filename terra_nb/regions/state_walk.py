@@ -176,7 +176,7 @@ class StateWalk:
         self.arrays: list = []
         self.array_bytes = 0
         self.stack: list[tuple[object, str]] = []
-        self.tensors: set[int] = set()  # ids of the tensors the state holds
+        self.tensors: set[int] = set()  # TensorFlow ids (``_id``) of the tensors it holds
 
     def push(self, values, path: str) -> None:
         for i, v in enumerate(values):
@@ -202,8 +202,8 @@ class StateWalk:
             self.step(*self.stack.pop())
 
     def step(self, obj, path: str) -> None:
-        if isinstance(obj, tf.Tensor):
-            self.tensors.add(id(obj))
+        if isinstance(obj, tf.Tensor):  # by TensorFlow's id, as a recording names its inputs
+            self.tensors.add(getattr(obj, "_id", id(obj)))
         elif id(obj) in self.seen:
             return
         elif isinstance(obj, OPAQUE):

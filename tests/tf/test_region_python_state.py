@@ -352,6 +352,45 @@ def test_a_layer_holding_more_numpy_data_than_a_hit_compares_is_refused(mode):
     assert "BigTable.table" in row.reason and "MiB" in row.reason, str(terra.regions)
 
 
+class Shifted(keras.layers.Layer):
+    """A layer holding a tensor made before any call (as Keras's ``Normalization`` holds its
+    mean): its value is baked into the region, guarded by the attribute that holds it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shift = tf.constant(np.linspace(0.0, 1.0, 8, dtype=np.float32))
+
+    def call(self, x):
+        return x + self.shift
+
+
+def new_shift(layer, step: int) -> None:
+    if step == CHANGE_AT:
+        layer.shift = tf.constant(np.full(8, 2.0, np.float32))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_tensor_the_layer_holds_is_baked_in_and_guarded_by_its_attribute(mode):
+    terra, _, _ = compare(layer_loop(Shifted, new_shift, steps=14), OPTIONS[mode])
+    row = formed(terra, "Sequential.__call__")
+    assert row.misses == 1 and row.hits >= 8, str(terra.regions)
+
+
+def normalized_program(loop):
+    mean, variance = np.arange(8, dtype=np.float32), np.linspace(1.0, 2.0, 8, dtype=np.float32)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Normalization(mean=mean,
+                                                                            variance=variance),
+                              keras.layers.Dense(4)])
+    out = [float(tf.reduce_sum(model(x))) for x, _ in loop(data(12))]
+    return out, state_of(model)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_keras_normalization_given_its_statistics_forms_a_region(mode):
+    terra, _, _ = compare(normalized_program, OPTIONS[mode])
+    assert formed(terra, "Sequential.__call__").hits >= 8, str(terra.regions)
+
+
 class Options:
     """A plain object passed to the call as an argument."""
 
