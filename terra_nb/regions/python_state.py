@@ -69,7 +69,7 @@ class PythonState:
         self._values = list(itertools.chain.from_iterable(parts))
         if len(self._values) > MAX_VALUES:
             raise UnguardedState(f"{len(self._values)} Python values reachable from the call, "
-                              f"more than a hit can compare")
+                                 f"more than a hit can compare")
 
     def _now(self) -> list:
         return list(itertools.chain.from_iterable(f() for f in self._sources))

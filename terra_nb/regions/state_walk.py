@@ -265,7 +265,7 @@ class StateWalk:
             self.instance(obj, path)
         elif isinstance(obj, collections.abc.Iterator):
             raise UnguardedState(f"{path} is an iterator ({type(obj).__module__}."
-                              f"{type(obj).__qualname__}) whose position no guard can read")
+                                 f"{type(obj).__qualname__}) whose position no guard can read")
         elif _other_library(obj) and getattr(obj, "__dict__", None) is not None:
             self.shallow(obj, path)
 
@@ -274,8 +274,8 @@ class StateWalk:
         self.array_bytes += obj.nbytes
         if self.array_bytes > ARRAY_BYTES:
             raise UnguardedState(f"{path} and the other numpy arrays the call may read hold "
-                              f"{self.array_bytes >> 20} MiB, more than a hit can compare "
-                              f"(hold a large array in a tf.constant or a tf.Variable)")
+                                 f"{self.array_bytes >> 20} MiB, more than a hit can compare "
+                                 f"(hold a large array in a tf.constant or a tf.Variable)")
         self.arrays.append((obj, obj.tobytes()))
 
     def shallow(self, obj, path: str) -> None:
