@@ -53,7 +53,14 @@ REFUSED_MODULES = {  # module prefix -> what it does (checked before TRUSTED_PAC
     "logging": "logs",
     "warnings": "warns (writes to stderr, changes the warning registry)",
     "random": "draws from Python's random state",
+    "numpy.lib._npyio_impl": "reads or writes files",
+    "numpy.lib.npyio": "reads or writes files",
+    "numpy.lib.format": "reads or writes files",
+    "numpy._core.memmap": "maps a file",
+    "tensorflow.python.lib.io": "reads or writes files",
+    "tensorflow.python.platform.gfile": "reads or writes files",
 }
+NUMPY_C_IO = frozenset({"fromfile", "tofile"})  # numpy's C functions that read or write files
 
 STDLIB_PURE = frozenset({
     "abc", "typing", "inspect", "contextlib", "enum", "functools", "re", "re._parser",
@@ -66,11 +73,12 @@ STDLIB_PURE = frozenset({
 
 PURE_BUILTINS = frozenset({
     "abs", "all", "any", "ascii", "bin", "callable", "chr", "delattr", "dir", "divmod",
-    "format", "getattr", "globals", "hasattr", "hash", "hex", "id", "isinstance", "issubclass",
+    "format", "getattr", "hasattr", "hash", "hex", "id", "isinstance", "issubclass",
     "iter", "len", "locals", "max", "min", "next", "oct", "ord", "pow", "repr", "round",
     "setattr", "sorted", "sum", "vars", "__build_class__", "__import__"})
-REFUSED_BUILTINS = frozenset({
-    "print", "open", "input", "exec", "eval", "compile", "breakpoint", "exit", "quit", "help"})
+REFUSED_BUILTINS = frozenset({  # (``globals()``: the module's names, written by name)
+    "print", "open", "input", "exec", "eval", "compile", "breakpoint", "exit", "quit", "help",
+    "globals"})
 
 PURE_C_MODULES = frozenset({
     "math", "cmath", "_operator", "_functools", "itertools", "_abc", "_weakref", "_collections",
@@ -158,6 +166,8 @@ def c_verdict(fn) -> str:
     elif isinstance(owner, IMMUTABLE):
         return TRUSTED
     if isinstance(owner, CONTAINERS + (np.ndarray,)):
+        if name in NUMPY_C_IO:
+            return f"calls ndarray.{name}, which writes a file"
         return TRACKED if name in MUTATING_METHODS else TRUSTED
     module = kind.__module__ or "?"
     what = _refused_module(module)
@@ -171,11 +181,11 @@ def _module_function(module: str, name: str) -> str:
     if module == "builtins":
         if name in PURE_BUILTINS:
             return TRUSTED
-        why = " (I/O or code execution)" if name in REFUSED_BUILTINS else ""
+        why = " (I/O, code execution or the module's names)" if name in REFUSED_BUILTINS else ""
         return f"calls {name}(){why}"
     if module == "sys" and name in PURE_SYS:
         return TRUSTED
-    if module.startswith("numpy") and _refused_module(module) is None:
+    if module.startswith("numpy") and _refused_module(module) is None and name not in NUMPY_C_IO:
         return TRUSTED
     if module in PURE_C_MODULES or (module, name) in PURE_C_FUNCTIONS:
         return TRUSTED

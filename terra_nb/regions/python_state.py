@@ -18,16 +18,14 @@ bound methods would keep a dropped model alive.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import operator
-import types
 import weakref
 
 import numpy as np
 
 from .state_fingerprints import label
-from .state_walk import ATOMS, FIT_STATE, OPAQUE, StateWalk, UnguardedState, walked_instance
+from .state_walk import ATOMS, FIT_STATE, OPAQUE, StateWalk, UnguardedState
 
 MAX_VALUES = 200_000  # beyond, the state is too large to compare on every hit
 _writes: dict[int, int] = {}  # id(object) -> attribute assignments seen (``count_write``)
@@ -86,7 +84,7 @@ class PythonState:
             if not all(map(same_value, now, self._values)):
                 return False
             self._values = now
-        return all(a.tobytes() == b for a, b in self._arrays)
+        return all(read() == b for read, b, _ in self._arrays)
 
     def forget(self) -> None:
         """The object is gone: let go of what the snapshot holds (its layers, their variables);
@@ -116,7 +114,7 @@ class PythonState:
             keys = list(getattr(source(), "mapping", ())) if names in (".", "[]") else names
             out += [label(path, names, keys, i) for i, (v, w) in enumerate(zip(values, then))
                     if not same_value(v, w)]
-        out += [f"a numpy array of shape {a.shape}" for a, b in self._arrays if a.tobytes() != b]
+        out += [what for read, b, what in self._arrays if read() != b]
         if _writes_to(self._counted) != self._writes:
             out.append("an attribute of a Keras object assigned")
         return out
@@ -136,24 +134,21 @@ def _attributes(objs: list) -> list[dict]:
     return [{k: _fingerprint(v) for k, v in vars(o).items() if k not in FIT_STATE} for o in objs]
 
 
-_CALLABLES = (types.FunctionType, types.MethodType, functools.partial)
-
-
 def argument_objects(values, depth: int = 0) -> list:
     """Those of a call's arguments whose state it may read, also inside the lists, tuples and
-    dicts it is given: Keras's and the user's objects, functions (their closures and globals),
-    and a container of a subclass (an ``OrderedDict``: its own attributes); the guard keys
-    tensors, scalars and the containers' items itself."""
+    dicts it is given: every object but tensors, scalars and numpy data, which the guard keys
+    itself (a set, a config object, a function's closure, a container of a subclass: an
+    ``OrderedDict``'s own attributes), and the state walk compares or refuses (an iterator)."""
     out = []
     for v in values:
-        if type(v) in ATOMS or isinstance(v, OPAQUE + (np.ndarray,)):
+        if type(v) in ATOMS or isinstance(v, OPAQUE + (np.ndarray, np.generic)):
             continue
         if isinstance(v, list | tuple | dict):
             if depth < 4:
                 out += argument_objects(v.values() if isinstance(v, dict) else v, depth + 1)
             if type(v) not in (list, tuple, dict):
                 out.append(v)
-        elif walked_instance(v) or isinstance(v, _CALLABLES):
+        else:
             out.append(v)
     return out
 

@@ -3,29 +3,36 @@
 ``StateWalk`` goes once over what is reachable from the call's objects, when the region forms,
 and lists the places a hit reads again (``python_state.PythonState`` compares them):
 
-- walked: instance ``__dict__``s of Keras's and the user's objects, dicts, lists, tuples, sets,
-  deques, functions (closure cells, defaults, the module globals their code names and the module
-  attributes it names: ``config.SCALE``), bound methods, partials, weak references, generators,
-  random generators, and the classes the user wrote (their attributes and methods);
-- compared by content: numpy arrays, up to ``ARRAY_BYTES`` in all;
-- compared one level deep: objects of the standard library and of installed packages other
-  than TensorFlow, numpy and Keras (a ``threading.Event``'s flag, a logger's level): their own
-  attributes, not what those hold;
-- kept by identity: tensors and variables (their values are the graph's), modules, classes and
-  functions of libraries, C objects, and Keras's graph plumbing (node links, checkpoint
-  tracking), which holds the layers the roots list anyway.
+- walked: the attributes (``__dict__`` and slots) of Keras's objects, of the user's and of the
+  standard library's and installed packages' other than TensorFlow's and numpy's (a
+  ``threading.Event``'s flag, a ``queue.Queue``'s items); dicts, lists, tuples, sets, deques
+  (and the user's subclasses of them, with their class); functions (closure cells, defaults,
+  keyword defaults, the module globals their code names, the attributes of modules it names:
+  ``config.SCALE``, and the modules it imports); bound methods (of builtins too: the dict behind
+  ``SCALES.get``), partials, weak references, generators, random generators, and the classes
+  the user wrote (their attributes and methods);
+- compared by content: numpy arrays and other buffers (``bytearray``, ``array.array``,
+  ``memoryview``), up to ``ARRAY_BYTES`` in all;
+- compared one level deep: the user's modules however reached (a module held in an attribute,
+  a local alias): their names, by identity;
+- kept by identity: tensors and variables (their values are the graph's), library modules,
+  classes and functions of libraries, C objects without attributes (locks, compiled patterns),
+  files (their reads are refused by ``callee_rules``), and Keras's graph plumbing (node links,
+  checkpoint tracking), which holds the layers the roots list anyway.
 
 What no walk can compare raises ``UnguardedState``, and the region is refused: an iterator of C
 (``itertools.cycle``, ``iter(list)``), whose position lives where no Python reads it, and more
-numpy data than a hit can afford to compare.
+buffer data than a hit can afford to compare.
 """
 
 from __future__ import annotations
 
+import array
 import collections
 import collections.abc
 import dis
 import functools
+import io
 import os
 import random
 import sys
@@ -48,7 +55,9 @@ from .state_fingerprints import (
 
 ATOMS = (type(None), bool, int, float, complex, str, bytes)
 OPAQUE = (tf.Tensor, tf.Variable, keras.Variable, keras.KerasTensor, keras_node.Node,
-          types.ModuleType, types.BuiltinFunctionType, types.CodeType)
+          types.ModuleType, types.CodeType, io.IOBase)
+BUFFERS = (np.ndarray, bytearray, memoryview, array.array)  # compared by their bytes
+_DICT_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
 _LIBRARIES = ("keras", "tensorflow", "numpy", "builtins", "tf_keras", "terra_nb")
 # installed packages and the standard library: their objects are not walked as the user's are
 _LIBRARY_DIRS = tuple(sorted({os.path.realpath(sysconfig.get_paths()[k])
@@ -68,7 +77,7 @@ FIT_STATE = frozenset({
     "history", "_eval_epoch_iterator", "train_function", "test_function", "predict_function",
     "stop_training", "stop_evaluating", "stop_predicting"})
 PLUMBING |= FIT_STATE
-# numpy arrays are compared by their bytes on every hit, up to this many in all (0.25 ms)
+# buffers are compared by their bytes on every hit, up to this many in all (0.25 ms)
 ARRAY_BYTES = 4 << 20
 EMPTY = object()  # an empty closure cell, a module attribute gone
 
@@ -102,7 +111,7 @@ def _user(obj) -> bool:
     return _user_module(getattr(obj, "__module__", None))
 
 
-def walked_instance(obj) -> bool:
+def _walked_instance(obj) -> bool:
     """Whether an object's attributes are walked: Keras's objects (a loss's ``_fn_kwargs``), the
     user's, and ``types.SimpleNamespace`` (a config kept in one)."""
     module = getattr(type(obj), "__module__", None)
@@ -111,10 +120,13 @@ def walked_instance(obj) -> bool:
 
 
 def _other_library(obj) -> bool:
-    """Whether ``obj`` is an object of the standard library or of an installed package other
-    than those whose objects are walked or kept by identity (TensorFlow, numpy, builtins)."""
+    """Whether ``obj`` is an object of the standard library or of an installed package (numpy's
+    ``vectorize`` included) other than TensorFlow's, whose state is the graph's."""
     module = getattr(type(obj), "__module__", None)
-    return isinstance(module, str) and module.split(".", 1)[0] not in _LIBRARIES
+    return isinstance(module, str) and module.split(".", 1)[0] not in _NOT_WALKED
+
+
+_NOT_WALKED = ("tensorflow", "builtins", "tf_keras", "terra_nb")
 
 
 def _cell(cell):
@@ -127,10 +139,14 @@ def _cell(cell):
 @functools.lru_cache(maxsize=4096)  # a notebook defines functions anew: bounded
 def _code_reads(code: types.CodeType) -> tuple[frozenset[str], tuple[tuple[str, ...], ...]]:
     """The global names a function's code (and the code of functions defined in it) reads, and
-    the dotted names it reads from them (``config.SCALE``: ``("config", "SCALE")``)."""
+    the dotted names it reads from them (``config.SCALE``: ``("config", "SCALE")``); a module it
+    imports is one dotted name (``("import", "config")``)."""
     names, dotted, chain = set(), set(), []
     for i in dis.get_instructions(code):
-        if i.opname in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL"):
+        if i.opname == "IMPORT_NAME":
+            dotted.add(("import", i.argval))
+            chain = []
+        elif i.opname in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL"):
             names.add(i.argval)
             chain = [i.argval] if i.opname == "LOAD_GLOBAL" else []
         elif i.opname in ("LOAD_ATTR", "LOAD_METHOD") and chain:
@@ -207,40 +223,51 @@ class StateWalk:
         elif id(obj) in self.seen:
             return
         elif isinstance(obj, OPAQUE):
+            self.seen.add(id(obj))
             if isinstance(obj, self.counting):  # a Keras variable: its attributes, counted
-                self.seen.add(id(obj))
                 self.counted.append(obj)
+            elif isinstance(obj, types.ModuleType) and _user_module(obj.__name__):
+                self.sized(vars(obj), path, ".", walk=False)  # its names, one level deep
         else:
             self.seen.add(id(obj))
             try:
                 self.visit(obj, path)
             except UnguardedState:
                 raise
-            except Exception:  # noqa: BLE001 - an object that resists the walk: by identity
-                return
+            except Exception as error:  # noqa: BLE001 - unknown state is refused, never trusted
+                raise UnguardedState(f"{path} resists the walk ({type(error).__name__}: "
+                                     f"{error})") from error
 
-    def sized(self, container, path: str, names) -> None:
-        """A dict, list, set or deque: its items (and a dict's keys), and its size."""
+    def sized(self, container, path: str, names, walk: bool = True) -> None:
+        """A dict, list, set or deque: its items (and a dict's keys), and its size; what the
+        items hold too, with ``walk``."""
         self.sizes.append(container)
         if isinstance(container, dict):
             self.source(container.keys, path, "keys")
             self.source(container.values, path, names)
-            self.push_items(container, path, dotted=names == ".")
+            if walk:
+                self.push_items(container, path, dotted=names == ".")
         else:
             self.source(container.__iter__, path)
-            self.push(container, path)
+            if walk:
+                self.push(container, path)
 
     def visit(self, obj, path: str) -> None:  # noqa: C901 - one branch per kind of object
-        if isinstance(obj, dict | list | set | collections.deque):
-            self.sized(obj, path, "[]")
-        elif isinstance(obj, tuple | frozenset):
-            self.push(obj, path)
-        elif isinstance(obj, np.ndarray):
-            self.array(obj, path)
+        if isinstance(obj, dict | list | set | collections.deque | tuple | frozenset):
+            self.container(obj, path)
+        elif isinstance(obj, BUFFERS):
+            self.buffer(obj, path)
         elif isinstance(obj, types.FunctionType):
             self.function(obj, path)
         elif isinstance(obj, types.MethodType):
             self.stack += [(obj.__self__, path), (obj.__func__, path)]
+        elif isinstance(obj, types.BuiltinMethodType | types.MethodWrapperType):
+            self.stack.append((obj.__self__, path))  # the dict behind ``SCALES.get``
+        elif isinstance(obj, (types.MappingProxyType, *_DICT_VIEWS)):  # the mapping behind it
+            self.source(lambda: list(obj.items() if isinstance(obj, types.MappingProxyType)
+                                     else obj.mapping.items()), path)
+            self.push(list(obj.values() if isinstance(obj, types.MappingProxyType)
+                           else obj.mapping.values()), path)
         elif isinstance(obj, functools.partial):
             self.source(lambda: (obj.func, obj.args, obj.keywords), path,
                         ["func", "args", "keywords"])
@@ -261,37 +288,47 @@ class StateWalk:
             if _user(obj):
                 self.source(obj.__dict__.values, path, ".")
                 self.push_items(dict(obj.__dict__), path, dotted=True)
-        elif walked_instance(obj):
+        elif _walked_instance(obj):
             self.instance(obj, path)
         elif isinstance(obj, collections.abc.Iterator):
             raise UnguardedState(f"{path} is an iterator ({type(obj).__module__}."
                                  f"{type(obj).__qualname__}) whose position no guard can read")
-        elif _other_library(obj) and getattr(obj, "__dict__", None) is not None:
-            self.shallow(obj, path)
+        elif _other_library(obj):
+            self.instance(obj, path)
 
-    def array(self, obj: np.ndarray, path: str) -> None:
-        """A numpy array: compared by its bytes, within the budget of all arrays."""
-        self.array_bytes += obj.nbytes
+    def container(self, obj, path: str) -> None:
+        """A dict, list, set, deque, tuple or frozenset; an instance of the user's subclass of
+        one (a ``NamedTuple``, ``class HParams(dict)``) also its attributes and its class."""
+        if isinstance(obj, tuple | frozenset):
+            self.push(obj, path)
+        else:
+            self.sized(obj, path, "[]")
+        if _user(type(obj)):
+            if isinstance(getattr(obj, "__dict__", None), dict):
+                self.sized(vars(obj), path, ".")
+            self.stack.append((type(obj), type(obj).__name__))
+
+    def buffer(self, obj, path: str) -> None:
+        """A numpy array, ``bytearray``, ``array.array`` or ``memoryview``: compared by its
+        bytes, within the budget of all of them."""
+        self.array_bytes += obj.nbytes if isinstance(obj, np.ndarray | memoryview) \
+            else len(obj) * getattr(obj, "itemsize", 1)
         if self.array_bytes > ARRAY_BYTES:
-            raise UnguardedState(f"{path} and the other numpy arrays the call may read hold "
+            raise UnguardedState(f"{path} and the other arrays the call may read hold "
                                  f"{self.array_bytes >> 20} MiB, more than a hit can compare "
                                  f"(hold a large array in a tf.constant or a tf.Variable)")
-        self.arrays.append((obj, obj.tobytes()))
-
-    def shallow(self, obj, path: str) -> None:
-        """A library's object: its own attributes (a ``threading.Event``'s ``_flag``), compared
-        by identity or equal value; what they hold is the library's (a logger's registry)."""
-        d = vars(obj)
-        self.sizes.append(d)
-        self.source(d.keys, path, "keys")
-        self.source(d.values, path, ".")
+        read = obj.tobytes if hasattr(obj, "tobytes") else functools.partial(bytes, obj)
+        what = f"a numpy array of shape {obj.shape}" if isinstance(obj, np.ndarray) \
+            else f"the bytes of {path} ({type(obj).__name__})"
+        self.arrays.append((read, read(), what))
 
     def instance(self, obj, path: str) -> None:
-        """An object of Keras's or of the user's: its attributes (or slots), its user classes."""
+        """An object of Keras's, the user's or another library's: its attributes (or slots),
+        its user classes."""
         if isinstance(obj, self.counting):
             self.counted.append(obj)
             self.push_items(vars(obj), path, dotted=True)
-        elif hasattr(type(obj), "__dictoffset__") and type(obj).__dictoffset__:
+        elif isinstance(getattr(obj, "__dict__", None), dict):  # (a thread-local's: this one's)
             self.sized(vars(obj), path, ".")
         slots = [s for c in type(obj).__mro__ for s in getattr(c, "__slots__", ())
                  if s not in ("__dict__", "__weakref__")]
@@ -319,6 +356,8 @@ class StateWalk:
             self.source(lambda: [g.get(n, EMPTY) for n in names], path,
                         [f"global {n}" for n in names])
         self.push([_cell(c) for c in fn.__closure__ or ()] + list(fn.__defaults__ or ()), path)
+        if fn.__kwdefaults__:  # its items, and what they hold
+            self.stack.append((fn.__kwdefaults__, f"{path} __kwdefaults__"))
         self.stack += [(g[n], f"{path} global {n}") for n in names if type(g[n]) not in ATOMS]
         self.module_attributes(g, dotted, path)
 
@@ -327,6 +366,9 @@ class StateWalk:
         and walked as a global is."""
         places = {}
         for name in dotted:
+            if name[0] == "import":  # a module the code imports: walked as one it names
+                self.stack.append((sys.modules.get(name[1]), f"{path} import {name[1]}"))
+                continue
             place = _module_attribute(g, name)
             if place is not None:
                 places[f"{place[0]}.{place[2]}"] = place[1:]
