@@ -264,10 +264,10 @@ class StateWalk:
         elif isinstance(obj, types.BuiltinMethodType | types.MethodWrapperType):
             self.stack.append((obj.__self__, path))  # the dict behind ``SCALES.get``
         elif isinstance(obj, (types.MappingProxyType, *_DICT_VIEWS)):  # the mapping behind it
-            self.source(lambda: list(obj.items() if isinstance(obj, types.MappingProxyType)
-                                     else obj.mapping.items()), path)
-            self.push(list(obj.values() if isinstance(obj, types.MappingProxyType)
-                           else obj.mapping.values()), path)
+            mapping = obj if isinstance(obj, types.MappingProxyType) else obj.mapping
+            self.source(mapping.keys, path, "keys")
+            self.source(mapping.values, path)
+            self.push(list(mapping.values()), path)
         elif isinstance(obj, functools.partial):
             self.source(lambda: (obj.func, obj.args, obj.keywords), path,
                         ["func", "args", "keywords"])
@@ -278,6 +278,8 @@ class StateWalk:
         elif isinstance(obj, weakref.ref):  # what it refers to now, read through it
             self.source(lambda: (obj(),), path, ["()"])
             self.push((obj(),), path)
+        elif isinstance(obj, weakref.ProxyTypes):  # its referent (its methods' ``__self__``)
+            self.push((obj.__init__.__self__,), path)
         elif isinstance(obj, types.GeneratorType):  # where it stands and its locals
             self.source(lambda: generator_state(obj), path)
         elif isinstance(obj, random.Random):  # a generator of the user's own
