@@ -93,8 +93,9 @@ WRITES_COUNTED = (keras.Layer, keras.losses.Loss, keras.optimizers.Optimizer, ke
 
 
 class UnguardedState(Exception):
-    """Python state the call may read that no hit can compare: too much of it, or state kept
-    where Python cannot read it (a C iterator's position). The region is refused."""
+    """Python state the call may read that no hit can compare: too much of it, state kept
+    where Python cannot read it (a C iterator's position), or an object that resists the walk.
+    The region is refused."""
 
 
 @functools.cache
@@ -182,8 +183,9 @@ class StateWalk:
     """One walk from the roots. ``sources``: a function per place that gives its values now (an
     object's attributes, a dict's or list's items, a function's closure, defaults and globals);
     ``names``: (path, labels) of each, labels one per value, or "." / "[]" / None for an
-    object's attributes / a dict's items / a list's; ``counted``: the ids of objects whose
-    attribute assignments are counted instead; ``arrays``: numpy arrays and their bytes."""
+    object's attributes / a dict's items / a list's; ``counted``: the objects whose attribute
+    assignments are counted instead; ``arrays``: (read its bytes, the bytes, what it is) of each
+    buffer."""
 
     def __init__(self, count_writes: bool) -> None:
         self.counting = WRITES_COUNTED if count_writes else ()
