@@ -229,3 +229,11 @@ def formed(terra, name: str):
     hit = [r for r in rows(terra, name) if r.state == "formed" and r.hits > 0]
     assert hit, f"no formed region of {name} was hit:\n{terra.regions}"
     return max(hit, key=lambda r: r.hits)
+
+
+def assert_one_miss_naming(terra, name: str, words: str) -> None:
+    """The formed region of ``name`` missed once, naming ``words``, and hit before the change
+    and after it formed again."""
+    row = formed(terra, name)
+    assert row.misses == 1 and words in row.last_miss, str(terra.regions)
+    assert row.hits >= 5, str(terra.regions)
