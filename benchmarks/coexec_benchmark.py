@@ -472,7 +472,8 @@ def main() -> None:
                              "loop ended (mlp-python reads it in its step, mlp-functions every "
                              "10th step, either way)")
     parser.add_argument("--modes", nargs="+", metavar="MODE",
-                        help="these modes only (eager and tf.function are always run)")
+                        help="these modes only (eager and tf.function are always run, and a "
+                             "coexec mode's lazy counterpart, its ratios' baseline)")
     parser.add_argument("--cell", type=int, metavar="N",
                         help="time to benefit: the whole time of an N-iteration cell from fresh "
                              "objects (tracing and compiles included), instead of it/s")
@@ -480,7 +481,8 @@ def main() -> None:
     READ["every"] = args.read == "every"
     modes = MODES + (REGION_MODES if args.regions else ()) + (CALL_MODES if args.calls else ())
     if args.modes:
-        modes = tuple(m for m in modes if m in ("eager", "tf.function", *args.modes))
+        lazy = [m.replace("coexec", "lazy") for m in args.modes if m.startswith("coexec")]
+        modes = tuple(m for m in modes if m in ("eager", "tf.function", *args.modes, *lazy))
     if args.cell:
         return cell_times(args, modes)
     print(f"{'loop':<13} " + " ".join(f"{m + ' it/s':>16}" for m in modes)
