@@ -64,7 +64,7 @@ class EffectProbe:
         try:
             self.state = PythonState(self.objs)
         except UnguardedState as why:
-            self.state, self.unguardable = None, str(why)
+            self.state, self.unguarded = None, why.reason()
         self.random = self._random()
         self.out, self.err = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = _CountingStream(self.out), _CountingStream(self.err)
@@ -80,7 +80,7 @@ class EffectProbe:
         sys.stdout, sys.stderr = self.out, self.err
         self.effects = [f"stdout/stderr write ({writes})"] if writes else []
         if self.state is None:
-            self.effects.append(f"Python state no guard can compare: {self.unguardable}")
+            self.effects.append(self.unguarded)
         elif changed := self.state.changed():
             self.effects.append(f"attribute changed: {', '.join(changed[:4])}"
                                 + (f" and {len(changed) - 4} more" if len(changed) > 4 else ""))

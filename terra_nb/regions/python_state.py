@@ -143,12 +143,9 @@ def argument_objects(values, depth: int = 0) -> list:
     for v in values:
         if type(v) in ATOMS or isinstance(v, OPAQUE + (np.ndarray, np.generic)):
             continue
-        if isinstance(v, list | tuple | dict):
-            if depth < 4:
-                out += argument_objects(v.values() if isinstance(v, dict) else v, depth + 1)
-            if type(v) not in (list, tuple, dict):
-                out.append(v)
-        else:
+        if isinstance(v, list | tuple | dict) and depth < 4:
+            out += argument_objects(v.values() if isinstance(v, dict) else v, depth + 1)
+        if type(v) not in (list, tuple, dict):
             out.append(v)
     return out
 

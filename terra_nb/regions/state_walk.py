@@ -95,7 +95,10 @@ WRITES_COUNTED = (keras.Layer, keras.losses.Loss, keras.optimizers.Optimizer, ke
 class UnguardedState(Exception):
     """Python state the call may read that no hit can compare: too much of it, state kept
     where Python cannot read it (a C iterator's position), or an object that resists the walk.
-    The region is refused."""
+    The region is refused (``reason``)."""
+
+    def reason(self) -> str:
+        return f"Python state no guard can compare: {self}"
 
 
 @functools.cache
@@ -141,14 +144,14 @@ def _cell(cell):
 
 
 @functools.lru_cache(maxsize=4096)  # a notebook defines functions anew: bounded
-def _code_reads(code: types.CodeType) -> tuple[frozenset[str], tuple[tuple[str, ...], ...]]:
-    """The global names a function's code (and the code of functions defined in it) reads, and
-    the dotted names it reads from them (``config.SCALE``: ``("config", "SCALE")``); a module it
-    imports is one dotted name (``("import", "config")``)."""
-    names, dotted, chain = set(), set(), []
+def _code_reads(code: types.CodeType) -> tuple[frozenset, frozenset, frozenset]:
+    """The global names a function's code (and the code of functions defined in it) reads, the
+    dotted names it reads from them (``config.SCALE``: ``("config", "SCALE")``), and the modules
+    it imports."""
+    names, dotted, imports, chain = set(), set(), set(), []
     for i in dis.get_instructions(code):
         if i.opname == "IMPORT_NAME":
-            dotted.add(("import", i.argval))
+            imports.add(i.argval)
             chain = []
         elif i.opname in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL"):
             names.add(i.argval)
@@ -160,10 +163,11 @@ def _code_reads(code: types.CodeType) -> tuple[frozenset[str], tuple[tuple[str, 
             chain = []
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            inner, inner_dotted = _code_reads(const)
-            names |= inner
-            dotted |= set(inner_dotted)
-    return frozenset(names), tuple(sorted(dotted))
+            inner = _code_reads(const)
+            names |= inner[0]
+            dotted |= inner[1]
+            imports |= inner[2]
+    return frozenset(names), frozenset(dotted), frozenset(imports)
 
 
 def _module_attribute(g: dict, dotted: tuple[str, ...]) -> tuple[str, object, str] | None:
@@ -244,10 +248,10 @@ class StateWalk:
                                      f"{error})") from error
 
     def sized(self, container, path: str, names, walk: bool = True) -> None:
-        """A dict, list, set or deque: its items (and a dict's keys), and its size; what the
-        items hold too, with ``walk``."""
+        """A mapping (a dict, a mapping proxy), list, set or deque: its items (and a mapping's
+        keys), and its size; what the items hold too, with ``walk``."""
         self.sizes.append(container)
-        if isinstance(container, dict):
+        if isinstance(container, collections.abc.Mapping):
             self.source(container.keys, path, "keys")
             self.source(container.values, path, names)
             if walk:
@@ -268,11 +272,10 @@ class StateWalk:
             self.stack += [(obj.__self__, path), (obj.__func__, path)]
         elif isinstance(obj, types.BuiltinMethodType | types.MethodWrapperType):
             self.stack.append((obj.__self__, path))  # the dict behind ``SCALES.get``
-        elif isinstance(obj, (types.MappingProxyType, *_DICT_VIEWS)):  # the mapping behind it
-            mapping = obj if isinstance(obj, types.MappingProxyType) else obj.mapping
-            self.source(mapping.keys, path, "keys")
-            self.source(mapping.values, path)
-            self.push(list(mapping.values()), path)
+        elif isinstance(obj, types.MappingProxyType):  # the mapping behind it
+            self.sized(obj, path, "[]")
+        elif isinstance(obj, _DICT_VIEWS):
+            self.sized(obj.mapping, path, "[]")
         elif isinstance(obj, functools.partial):
             self.source(lambda: (obj.func, obj.args, obj.keywords), path,
                         ["func", "args", "keywords"])
@@ -357,7 +360,7 @@ class StateWalk:
         self.source(lambda: (fn.__code__, fn.__defaults__, fn.__kwdefaults__), path,
                     ["__code__", "__defaults__", "__kwdefaults__"])
         g = fn.__globals__
-        reads, dotted = _code_reads(fn.__code__)
+        reads, dotted, imports = _code_reads(fn.__code__)
         names = sorted(n for n in reads if n in g)
         if names:
             self.source(lambda: [g.get(n, EMPTY) for n in names], path,
@@ -366,6 +369,8 @@ class StateWalk:
         if fn.__kwdefaults__:  # its items, and what they hold
             self.stack.append((fn.__kwdefaults__, f"{path} __kwdefaults__"))
         self.stack += [(g[n], f"{path} global {n}") for n in names if type(g[n]) not in ATOMS]
+        # a module the code imports is walked as one it names
+        self.stack += [(sys.modules.get(m), f"{path} import {m}") for m in sorted(imports)]
         self.module_attributes(g, dotted, path)
 
     def module_attributes(self, g: dict, dotted: tuple, path: str) -> None:
@@ -373,9 +378,6 @@ class StateWalk:
         and walked as a global is."""
         places = {}
         for name in dotted:
-            if name[0] == "import":  # a module the code imports: walked as one it names
-                self.stack.append((sys.modules.get(name[1]), f"{path} import {name[1]}"))
-                continue
             place = _module_attribute(g, name)
             if place is not None:
                 places[f"{place[0]}.{place[2]}"] = place[1:]

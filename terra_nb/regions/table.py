@@ -344,7 +344,7 @@ class Regions:
         try:
             region.watch(objs, arguments)
         except UnguardedState as why:
-            self._refuse_for_good(row, f"Python state no guard can compare: {why}")
+            self._refuse_for_good(row, why.reason())
             return
         row.any_shape = self.families.join(family_key(obj, key[1], rec), region)
         region.epoch = self.epoch
