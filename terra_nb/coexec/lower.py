@@ -35,6 +35,7 @@ from ..capture.functions import add_to_graph, function_def, graph_callee, static
 from ..capture.placeholder import Placeholder
 from ..capture.signature import op_info
 from ..errors import TerraError
+from .effect_order import EagerOrder
 from .graph_sums import add_n
 
 
@@ -325,18 +326,6 @@ def eager_attrs(op_type: str, attrs: tuple) -> tuple:
     return tuple(flat)
 
 
-# Stateful ops that only read: running one although an earlier op failed changes nothing, and
-# tf.function already orders them after earlier writes to the same variable.
-READ_ONLY = frozenset(
-    {"ReadVariableOp", "VariableShape", "VarIsInitializedOp", "ResourceGather", "ResourceGatherNd"}
-)
-
-
-def has_side_effect(op_type: str) -> bool:
-    """Whether running ``op_type`` can change state Python may see (variables, RNG, output)."""
-    return op_type not in READ_ONLY and op_info(op_type).stateful
-
-
 NOINLINE = {"_noinline": True}  # tf.function attributes of a function that is never inlined
 NO_ACD = {"_disable_acd": True}  # ... whose body orders its effects itself
 
@@ -349,36 +338,19 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
     names the function (``__inference_<name>_N``: the op type its calls have)."""
 
     def body(*args):
-        graph = tf.compat.v1.get_default_graph()
+        order = EagerOrder()
         env: list[list] = []
-        since_effect: list = []  # graph ops built since the last op with effects ...
-        effect_ops: list = []  # ... and that op's own graph ops
-        for op in segment.ops:
+        for position, op in enumerate(segment.ops):
             inputs = _inputs(op, env, args, handles)
-            # As in eager, an op with side effects runs once every op Python issued before it
-            # succeeded, and one that reads a variable after it (tf.function's automatic control
-            # dependencies, off: they cost ~20% of a compile and order only ops on one resource)
-            effect = has_side_effect(op.op_type)
-            reads = not effect and any(t.dtype == tf.resource for t in inputs)
-            deps = since_effect if effect else effect_ops if reads else None
-            before = len(graph.get_operations())
-            with tf.control_dependencies(deps) if deps else contextlib.nullcontext(), \
-                    _on(op.device):
+            with order.place(position, op.op_type, inputs), _on(op.device):
                 outputs = lower(op, inputs)
-            built = graph.get_operations()[before:]
-            if effect or reads:  # a write runs although nothing reads it; inlined (a region's F),
-                # a later write waits for its reads too (not for a captured handle's placeholder)
-                graph.control_outputs.extend(o for o in built if o.type != "Placeholder")
-            if effect:
-                since_effect, effect_ops = list(built), built
-            else:
-                since_effect.extend(built)
             if len(outputs) != op.n_outputs:
                 raise TerraError(f"lowering {op.op_type} gave {len(outputs)} outputs")
             env.append(outputs)
         # An op whose value nobody reads still runs in eager, and may fail there: return one
-        # output of each such op too, or the function would prune it.
-        return [env[p][k] for p, k in segment.returns] + [env[p][0] for p in _unread(segment)]
+        # output of each such op that can fail too, or the function would prune it.
+        unread = [p for p in _unread(segment) if p not in order.unordered]
+        return [env[p][k] for p, k in segment.returns] + [env[p][0] for p in unread]
 
     body.__name__ = name
     xla = xla and _xla_can_run(segment)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .lower import Segment, has_side_effect, interpretable, real_argument, run_segment
+from .effect_order import has_side_effect
+from .lower import Segment, interpretable, real_argument, run_segment
 
 
 def values_before_failure(segment: Segment, args: list, handles: dict[int, Any],
