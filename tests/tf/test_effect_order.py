@@ -1,0 +1,120 @@
+"""What a compiled segment orders (``coexec/effect_order.py``): a write waits for the earlier ops
+that can fail, not for those that cannot, and an unread op that cannot fail is pruned, while an
+unread op that can fail still runs and stops the writes issued after it, as in eager."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from what_ran import assert_coexecuted
+
+from terra_nb import Terra
+from terra_nb.coexec.effect_order import cannot_fail
+from terra_nb.coexec.lower import Segment, SegmentOp, compile_segment
+
+F32 = (("T", tf.float32),)
+
+
+def _graph_tensors():
+    """(static float, float of unknown batch, int placeholder, ShapeN of the static float)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (4, 3))
+        loose = tf.compat.v1.placeholder(tf.float32, (None, 3))
+        sizes = tf.compat.v1.placeholder(tf.int32, (2,))
+        shapes = tf.raw_ops.ShapeN(input=[x, x])[0]
+    return x, loose, sizes, shapes
+
+
+def test_an_op_cannot_fail_when_the_graph_knows_what_its_kernel_checks():
+    x, loose, sizes, shapes = _graph_tensors()
+    assert cannot_fail("Mul", [x, x])
+    assert cannot_fail("Reshape", [x, shapes])  # sizes from the shapes of known values
+    assert cannot_fail("Reshape", [x, np.array([3, 4], np.int32)])  # a constant's array
+    assert not cannot_fail("Reshape", [x, sizes])  # sizes Python fed: may not fit
+    assert not cannot_fail("Mul", [loose, loose])  # a shape not known
+    assert not cannot_fail("GatherV2", [x, shapes, shapes])  # checks index values
+    assert not cannot_fail("CheckNumerics", [x])
+
+
+def _segment():
+    """x * x, nobody reads it; reshape(x, sizes) with ``sizes`` from Python, nobody reads it;
+    then v += x."""
+    return Segment(
+        ops=(
+            SegmentOp(0, "Mul", F32, (("arg", 0, 0), ("arg", 0, 0)), 1),
+            SegmentOp(1, "Reshape", F32 + (("Tshape", tf.int32),),
+                      (("arg", 0, 0), ("arg", 1, 0)), 1),
+            SegmentOp(2, "AssignAddVariableOp", (("dtype", tf.float32),),
+                      (("var", 1, 0), ("arg", 0, 0)), 0),
+        ),
+        args=(("float32", (2, 2)), ("int32", (2,))),
+        returns=(),
+    )
+
+
+def _reachable(function) -> set[str]:
+    """The names of the ops a call of ``function`` runs (the rest is pruned)."""
+    graph = function.graph
+    todo = [t.op for t in function.outputs] + list(graph.control_outputs)
+    seen: set[str] = set()
+    while todo:
+        op = todo.pop()
+        if op.name not in seen:
+            seen.add(op.name)
+            todo += [t.op for t in op.inputs] + list(op.control_inputs)
+    return seen
+
+
+def test_an_unread_op_runs_when_it_can_fail_and_is_pruned_when_it_cannot():
+    v = tf.Variable(tf.zeros((2, 2)))
+    function = compile_segment(_segment(), {1: v.handle})
+    control = {op.name: {c.name for c in op.control_inputs}
+               for op in function.graph.get_operations()}
+    assert control["terra_node_2"] == {"terra_node_1"}  # the write waits for the reshape only
+    ran = _reachable(function)
+    assert "terra_node_1" in ran and "terra_node_0" not in ran
+    x = tf.ones((2, 2))
+    function(x, tf.constant([4, 1]))
+    np.testing.assert_array_equal(v.numpy(), np.ones((2, 2)))
+    with pytest.raises(tf.errors.InvalidArgumentError):  # eager raises at the reshape ...
+        function(x, tf.constant([3, 1]))
+    np.testing.assert_array_equal(v.numpy(), np.ones((2, 2)))  # ... and adds nothing
+
+
+def _cnn_fit(loop_options: dict | None):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([
+        keras.Input((12, 12, 3)), keras.layers.Conv2D(4, 3, activation="relu"),
+        keras.layers.Conv2D(4, 3, activation="relu"), keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(3)])
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 12, 12, 3)).astype("float32"), rng.integers(0, 3, 64)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), run_eagerly=True,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    if loop_options is None:
+        history = model.fit(x, y, batch_size=8, epochs=2, verbose=0, shuffle=False)
+        return history.history, model.get_weights(), None
+    with Terra(**loop_options) as terra:
+        history = model.fit(x, y, batch_size=8, epochs=2, verbose=0, shuffle=False)
+    return history.history, model.get_weights(), terra
+
+
+def test_a_cnn_step_region_skips_the_gradient_of_its_input_image():
+    """Eager's tape computes the first convolution's input gradient, which no one reads; the
+    step's region does not run it, and its values are eager's, bit for bit."""
+    history, weights, _ = _cnn_fit(None)
+    got_history, got_weights, terra = _cnn_fit({})
+    assert got_history == history
+    for mine, theirs in zip(got_weights, weights):
+        np.testing.assert_array_equal(mine, theirs)
+    assert_coexecuted(terra, at_least=0.6)
+    (step,) = [r for r in terra._interception.regions.table.values()
+               if r.name.endswith(".train_step")]
+    function = step.forward.cf
+    backprops = [op for op in function.graph.get_operations()
+                 if op.type == "Conv2DBackpropInput"]
+    ran = _reachable(function)
+    assert len(backprops) == 2 and [op.name in ran for op in backprops] == [True, False]
