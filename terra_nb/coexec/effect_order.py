@@ -9,9 +9,11 @@ dataflow graph, and keeps that order only where it can be seen:
   tf.function's automatic control dependencies would order only ops on one resource, but cost
   ~20% of a compile).
 
-An op that cannot fail (``cannot_fail``) has no place in that order, and one whose value nobody
-reads is then pruned from the graph: eager's tape computes the gradient of a first convolution's
-input image, which no one reads (1.7 ms of a 6.6 ms CNN training step).
+An op that can fail runs whether or not its value is read: a write after it waits for it, and
+one after the last write is a control output of the function. An op that cannot fail
+(``cannot_fail``) has no place in that order, and one whose value nobody reads is pruned:
+eager's tape computes the gradient of a first convolution's input image, which no one reads
+(1.7 ms of a 6.6 ms CNN training step).
 """
 
 from __future__ import annotations
@@ -75,10 +77,19 @@ def _static(value) -> bool:
     value that is no graph tensor, a constant's numpy array, is known)."""
     if not isinstance(value, tf.Tensor):
         return True
-    return value.shape.is_fully_defined() and (not value.dtype.is_integer or _known(value))
+    dtype = value.dtype
+    if not (dtype.is_floating or dtype.is_integer or dtype.is_complex or dtype.is_bool):
+        return False  # a variant (a TensorList: AddN checks lengths), a string, a resource
+    return value.shape.is_fully_defined() and (not dtype.is_integer or _known(value))
 
 
 _SHAPES = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+
+
+def prunable(op_type: str) -> bool:
+    """Whether an op of ``op_type`` that nobody reads is work a segment leaves out when the
+    graph knows its inputs (a shape query is too cheap to count)."""
+    return op_type in SHAPE_CHECKED and op_type not in _SHAPES
 
 
 def _known(tensor, depth: int = 0) -> bool:
@@ -98,16 +109,15 @@ class EagerOrder:
 
     def __init__(self) -> None:
         self.graph = tf.compat.v1.get_default_graph()
-        self.pending: list = []  # graph ops that can fail, built since the last write ...
-        self.last_write: list = []  # ... and that write's own graph ops
-        self.unordered: set[int] = set()  # positions of the ops that cannot fail
+        self.last_write: list = []  # the graph ops of the last op with side effects ...
+        self.pending: list = []  # ... and those built since that can fail
 
     @contextlib.contextmanager
-    def place(self, position: int, op_type: str, inputs: list) -> Iterator[None]:
-        """Lower op ``position`` (of ``op_type``, on ``inputs``) inside this block."""
+    def place(self, op_type: str, inputs: list) -> Iterator[None]:
+        """Lower an op of ``op_type`` on ``inputs`` (graph tensors) inside this block."""
         effect = has_side_effect(op_type)
         reads = not effect and any(t.dtype == tf.resource for t in tf.nest.flatten(inputs))
-        deps = self.pending if effect else self.last_write if reads else None
+        deps = self.last_write + self.pending if effect else self.last_write if reads else None
         before = len(self.graph.get_operations())
         with tf.control_dependencies(deps) if deps else contextlib.nullcontext():
             yield
@@ -116,8 +126,13 @@ class EagerOrder:
             # a later write waits for its reads too (not for a captured handle's placeholder)
             self.graph.control_outputs.extend(o for o in built if o.type != "Placeholder")
         if effect:
-            self.pending, self.last_write = list(built), built
-        elif not reads and cannot_fail(op_type, inputs):
-            self.unordered.add(position)
-        else:
+            self.last_write, self.pending = built, []
+        elif reads or not cannot_fail(op_type, inputs):
             self.pending.extend(built)
+
+    def close(self) -> None:
+        """The ops that can fail built after the last write run too, read or not (eager ran
+        them, and may have failed there); before it, the write waits for them."""
+        have = set(self.graph.control_outputs)  # the reads among them are already
+        self.graph.control_outputs.extend(
+            o for o in self.pending if o.type != "Placeholder" and o not in have)

@@ -214,13 +214,6 @@ def lower(op: SegmentOp, inputs: list) -> list:
     return rule(op, inputs)
 
 
-def _unread(segment: Segment) -> list[int]:
-    """Positions of ops with outputs that no later op reads and the segment does not return."""
-    read = {a for op in segment.ops for kind, a, _ in op.inputs if kind == "op"}
-    read.update(p for p, _ in segment.returns)
-    return [p for p, op in enumerate(segment.ops) if op.n_outputs and p not in read]
-
-
 def _inputs(op: SegmentOp, env: list[list], args, handles: dict[int, Any]) -> list:
     """``op``'s inputs: outputs of earlier ops (``env``), arguments, variable handles."""
     out = []
@@ -340,17 +333,15 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
     def body(*args):
         order = EagerOrder()
         env: list[list] = []
-        for position, op in enumerate(segment.ops):
+        for op in segment.ops:
             inputs = _inputs(op, env, args, handles)
-            with order.place(position, op.op_type, inputs), _on(op.device):
+            with order.place(op.op_type, inputs), _on(op.device):
                 outputs = lower(op, inputs)
             if len(outputs) != op.n_outputs:
                 raise TerraError(f"lowering {op.op_type} gave {len(outputs)} outputs")
             env.append(outputs)
-        # An op whose value nobody reads still runs in eager, and may fail there: return one
-        # output of each such op that can fail too, or the function would prune it.
-        unread = [p for p in _unread(segment) if p not in order.unordered]
-        return [env[p][k] for p, k in segment.returns] + [env[p][0] for p in unread]
+        order.close()
+        return [env[p][k] for p, k in segment.returns]
 
     body.__name__ = name
     xla = xla and _xla_can_run(segment)

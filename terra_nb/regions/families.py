@@ -14,6 +14,7 @@ the recording's shapes, as eager backprop sees them.
 from __future__ import annotations
 
 from ..capture.functions import static_outputs
+from ..coexec.effect_order import prunable
 from ..coexec.lower import Wire
 from .recording import Recording
 from .region import FastCall, Region
@@ -46,14 +47,17 @@ class Families:
         """``region`` formed in family ``key``; whether it answers with the family's F, compiled
         now, once, when the family sees its second shape, or at its first when no output of the
         call is computed from its arguments (an optimizer's update: its outputs cannot follow
-        their shapes, so one F serves every shape and a new shape is no new op)."""
+        their shapes, so one F serves every shape and a new shape is no new op) and it does no
+        work that only its own F leaves out (``_dead_work``)."""
         first = self._first.setdefault(key, region.rec.args)
         if len(self._first) > MAX_FAMILIES:
             oldest = next(iter(self._first))
             del self._first[oldest]
             self._shared.pop(oldest, None)
         shared = self._shared.get(key)
-        if shared is None and (first != region.rec.args or not _outputs_from_args(region.rec)):
+        rec = region.rec
+        if shared is None and (first != rec.args
+                               or not (_outputs_from_args(rec) or _dead_work(rec))):
             shared = self._shared[key] = _any_shape(region) or False
         if shared:
             region.forward = shared
@@ -78,6 +82,17 @@ def _any_shape(region: Region) -> FastCall | None:
     except Exception:  # noqa: BLE001 - the region keeps its own F
         return None
     return forward if static_outputs(forward.name) is not None else None
+
+
+def _dead_work(rec: Recording) -> bool:
+    """Whether the recorded call computes a value nobody reads that its F for its own shapes
+    prunes (``effect_order``: an op that cannot fail, which only known shapes tell), while F for
+    any shape would run it: eager's gradient of a first convolution's input image, a quarter
+    of a CNN's training step."""
+    read = {w.index for op in rec.ops for w in op.inputs if w.kind == "op"}
+    read.update(w.index for w in rec.out_wires if isinstance(w, Wire) and w.kind == "op")
+    return any(op.n_outputs and p not in read and prunable(op.op_type)
+               for p, op in enumerate(rec.ops))
 
 
 def _outputs_from_args(rec: Recording) -> bool:

@@ -39,6 +39,17 @@ def test_an_op_cannot_fail_when_the_graph_knows_what_its_kernel_checks():
     assert not cannot_fail("CheckNumerics", [x])
 
 
+def test_an_op_on_tensor_lists_can_fail():
+    """A TensorList is a variant scalar, its shape known, its length not: ``AddN`` of two lists
+    fails when their lengths differ (review p09)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        size = tf.compat.v1.placeholder(tf.int32, ())
+        lists = [tf.raw_ops.TensorListReserve(element_shape=[2], num_elements=n,
+                                              element_dtype=tf.float32) for n in (3, size)]
+    assert not cannot_fail("AddN", lists)
+
+
 def _segment():
     """x * x, nobody reads it; reshape(x, sizes) with ``sizes`` from Python, nobody reads it;
     then v += x."""
@@ -82,6 +93,31 @@ def test_an_unread_op_runs_when_it_can_fail_and_is_pruned_when_it_cannot():
     with pytest.raises(tf.errors.InvalidArgumentError):  # eager raises at the reshape ...
         function(x, tf.constant([3, 1]))
     np.testing.assert_array_equal(v.numpy(), np.ones((2, 2)))  # ... and adds nothing
+
+
+def test_an_op_that_can_fail_runs_when_only_a_pruned_op_reads_it():
+    """``gather_nd(v * 1.0, idx) * 2.0``, nobody reads the product, and no write follows in the
+    segment (a read of another value ends it): the gather still runs, and fails as in eager
+    (review p14: it was pruned with the product, and the loop went on)."""
+
+    def program(loop):
+        v = tf.Variable(tf.ones((4, 3)))
+        sums = []
+        try:
+            for i in loop(range(40)):
+                tf.gather_nd(v * 1.0, [[1], [2 if i < 39 else 9]]) * 2.0
+                sums.append(float(tf.reduce_sum(v * 3.0)))
+                v.assign_add(tf.ones((4, 3)))
+        except tf.errors.InvalidArgumentError:
+            sums.append(("raised", i))
+        return sums, v.numpy()
+
+    sums, v = program(lambda items: items)
+    with Terra() as terra:
+        got_sums, got_v = program(terra.loop)
+    assert got_sums == sums and sums[-1] == ("raised", 39)
+    np.testing.assert_array_equal(got_v, v)
+    assert_coexecuted(terra, at_least=0.6)
 
 
 def _cnn_fit(loop_options: dict | None):
