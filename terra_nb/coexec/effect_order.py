@@ -5,15 +5,15 @@ dataflow graph, and keeps that order only where it can be seen:
 
 - an op with side effects (a write, a random op, output) runs once every earlier op that *can
   fail* has succeeded, so that when one fails, no write issued after it takes effect;
-- an op that reads a variable runs after the last op with side effects (it sees that write;
+- an op that reads a variable, or can fail, runs after the last op with side effects (it sees
+  that write; when it fails, every write issued before it has taken effect, as in eager;
   tf.function's automatic control dependencies would order only ops on one resource, but cost
   ~20% of a compile).
 
-An op that can fail runs whether or not its value is read: a write after it waits for it, and
-one after the last write is a control output of the function. An op that cannot fail
-(``cannot_fail``) has no place in that order, and one whose value nobody reads is pruned:
-eager's tape computes the gradient of a first convolution's input image, which no one reads
-(1.7 ms of a 6.6 ms CNN training step).
+An op that can fail runs whether or not its value is read: it is a control output of the
+function. An op that cannot fail (``cannot_fail``) has no place in that order, and one whose
+value nobody reads is pruned: eager's tape computes the gradient of a first convolution's input
+image, which no one reads (1.7 ms of a 6.6 ms CNN training step).
 """
 
 from __future__ import annotations
@@ -116,23 +116,20 @@ class EagerOrder:
     def place(self, op_type: str, inputs: list) -> Iterator[None]:
         """Lower an op of ``op_type`` on ``inputs`` (graph tensors) inside this block."""
         effect = has_side_effect(op_type)
-        reads = not effect and any(t.dtype == tf.resource for t in tf.nest.flatten(inputs))
-        deps = self.last_write + self.pending if effect else self.last_write if reads else None
+        # a read sees the last write; an op that can fail runs after it (when it fails, the
+        # writes issued before it have all taken effect, as in eager)
+        waits = not effect and (any(t.dtype == tf.resource for t in tf.nest.flatten(inputs))
+                                or not cannot_fail(op_type, inputs))
+        deps = self.last_write + self.pending if effect else self.last_write if waits else None
         before = len(self.graph.get_operations())
         with tf.control_dependencies(deps) if deps else contextlib.nullcontext():
             yield
         built = self.graph.get_operations()[before:]
-        if effect or reads:  # a write runs although nothing reads it; inlined (a region's F),
+        if effect or waits:  # a write runs although nothing reads it; inlined (a region's F),
             # a later write waits for its reads too (not for a captured handle's placeholder)
             self.graph.control_outputs.extend(o for o in built if o.type != "Placeholder")
         if effect:
             self.last_write, self.pending = built, []
-        elif reads or not cannot_fail(op_type, inputs):
+        elif waits:
             self.pending.extend(built)
 
-    def close(self) -> None:
-        """The ops that can fail built after the last write run too, read or not (eager ran
-        them, and may have failed there); before it, the write waits for them."""
-        have = set(self.graph.control_outputs)  # the reads among them are already
-        self.graph.control_outputs.extend(
-            o for o in self.pending if o.type != "Placeholder" and o not in have)

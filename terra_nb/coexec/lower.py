@@ -340,7 +340,6 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
             if len(outputs) != op.n_outputs:
                 raise TerraError(f"lowering {op.op_type} gave {len(outputs)} outputs")
             env.append(outputs)
-        order.close()
         return [env[p][k] for p, k in segment.returns]
 
     body.__name__ = name

@@ -95,6 +95,34 @@ def test_an_unread_op_runs_when_it_can_fail_and_is_pruned_when_it_cannot():
     np.testing.assert_array_equal(v.numpy(), np.ones((2, 2)))  # ... and adds nothing
 
 
+def test_a_write_issued_before_a_failing_op_has_taken_effect():
+    """w = x @ x @ x (slow), then a gather of Python-fed indices: when the gather fails, eager
+    has assigned w, and so has the failed run. The gather runs after the write by construction
+    (TensorFlow's executor also finishes the work that does not wait for a failed op, so the
+    gather's failing first leaves the write done, too)."""
+    mm = F32 + (("transpose_a", False), ("transpose_b", False), ("grad_a", False),
+                ("grad_b", False))
+    gather = (("Tparams", tf.float32), ("Tindices", tf.int32), ("Taxis", tf.int32),
+              ("batch_dims", 0))
+    segment = Segment(
+        ops=(
+            SegmentOp(0, "MatMul", mm, (("arg", 0, 0), ("arg", 0, 0)), 1),
+            SegmentOp(1, "MatMul", mm, (("op", 0, 0), ("arg", 0, 0)), 1),
+            SegmentOp(2, "AssignVariableOp", (("dtype", tf.float32), ("validate_shape", False)),
+                      (("var", 1, 0), ("op", 1, 0)), 0),
+            SegmentOp(3, "GatherV2", gather, (("arg", 1, 0), ("arg", 2, 0), ("arg", 3, 0)), 1),
+        ),
+        args=(("float32", (800, 800)), ("float32", (4,)), ("int32", (2,)), ("int32", ())),
+        returns=(),
+    )
+    w = tf.Variable(tf.zeros((800, 800)))
+    function = compile_segment(segment, {1: w.handle})
+    x = tf.random.stateless_uniform((800, 800), (1, 2)) * 0.05
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        function(x, tf.ones(4), tf.constant([1, 9]), tf.constant(0))
+    np.testing.assert_array_equal(w.numpy(), (x @ x @ x).numpy())
+
+
 def test_an_op_that_can_fail_runs_when_only_a_pruned_op_reads_it():
     """``gather_nd(v * 1.0, idx) * 2.0``, nobody reads the product, and no write follows in the
     segment (a read of another value ends it): the gather still runs, and fails as in eager
