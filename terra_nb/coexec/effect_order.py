@@ -25,8 +25,8 @@ import tensorflow as tf
 
 from ..capture.signature import op_info
 
-# Stateful ops that only read: running one although an earlier op failed changes nothing, and
-# tf.function already orders them after earlier writes to the same variable.
+# Stateful ops that only read: running one although an earlier op failed changes nothing (they
+# run after the last write, as every op that can fail does).
 READ_ONLY = frozenset(
     {"ReadVariableOp", "VariableShape", "VarIsInitializedOp", "ResourceGather", "ResourceGatherNd"}
 )
@@ -104,7 +104,7 @@ def _known(tensor, depth: int = 0) -> bool:
     return depth < 8 and op.type in SHAPE_CHECKED and all(_known(t, depth + 1) for t in op.inputs)
 
 
-class EagerOrder:
+class IssueOrder:
     """The control dependencies of one segment's graph, built op by op in issue order."""
 
     def __init__(self) -> None:
@@ -116,17 +116,16 @@ class EagerOrder:
     def place(self, op_type: str, inputs: list) -> Iterator[None]:
         """Lower an op of ``op_type`` on ``inputs`` (graph tensors) inside this block."""
         effect = has_side_effect(op_type)
-        # a read sees the last write; an op that can fail runs after it (when it fails, the
-        # writes issued before it have all taken effect, as in eager)
-        waits = not effect and (any(t.dtype == tf.resource for t in tf.nest.flatten(inputs))
-                                or not cannot_fail(op_type, inputs))
+        # a read (a resource input: it can fail) sees the last write; any op that can fail runs
+        # after it (when it fails, the writes issued before it have all taken effect)
+        waits = not effect and not cannot_fail(op_type, inputs)
         deps = self.last_write + self.pending if effect else self.last_write if waits else None
         before = len(self.graph.get_operations())
         with tf.control_dependencies(deps) if deps else contextlib.nullcontext():
             yield
         built = self.graph.get_operations()[before:]
-        if effect or waits:  # a write runs although nothing reads it; inlined (a region's F),
-            # a later write waits for its reads too (not for a captured handle's placeholder)
+        if effect or waits:  # runs although nothing reads it; inlined (a region's F), a later
+            # write waits for it too (not for a captured handle's placeholder)
             self.graph.control_outputs.extend(o for o in built if o.type != "Placeholder")
         if effect:
             self.last_write, self.pending = built, []

@@ -35,7 +35,7 @@ from ..capture.functions import add_to_graph, function_def, graph_callee, static
 from ..capture.placeholder import Placeholder
 from ..capture.signature import op_info
 from ..errors import TerraError
-from .effect_order import EagerOrder
+from .effect_order import IssueOrder
 from .graph_sums import add_n
 
 
@@ -331,7 +331,7 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
     names the function (``__inference_<name>_N``: the op type its calls have)."""
 
     def body(*args):
-        order = EagerOrder()
+        order = IssueOrder()
         env: list[list] = []
         for op in segment.ops:
             inputs = _inputs(op, env, args, handles)
