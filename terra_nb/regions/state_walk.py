@@ -373,7 +373,7 @@ class StateWalk:
         self.stack += [(sys.modules.get(m), f"{path} import {m}") for m in sorted(imports)]
         self.module_attributes(g, dotted, path)
 
-    def module_attributes(self, g: dict, dotted: tuple, path: str) -> None:
+    def module_attributes(self, g: dict, dotted: frozenset, path: str) -> None:
         """The attributes of modules the code names (``config.SCALE``), read again on every hit
         and walked as a global is."""
         places = {}
