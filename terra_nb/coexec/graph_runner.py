@@ -175,13 +175,16 @@ class GraphRunner:
         self.completions.add(item)
 
     def _hold_back(self) -> None:
-        """Python runs ahead of the graph by ``max_ahead`` runs at most."""
+        """Python runs ahead of the graph by ``max_ahead`` runs at most: then it waits for the
+        older half of them (confirmed on demand, completion.py: one wait per half)."""
         inflight = self._inflight
         while inflight and inflight[0].done.is_set():
             inflight.popleft()
         if len(inflight) >= self.max_ahead:
-            self.completions.wait(inflight[0])
-            inflight.popleft()
+            half = len(inflight) // 2
+            self.completions.wait(inflight[half - 1])
+            for _ in range(half):
+                inflight.popleft()
 
     def _execute(self, item: WorkItem) -> list:
         function, first = self._cache.get(item.key), None

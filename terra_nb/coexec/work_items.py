@@ -29,7 +29,7 @@ class WorkItem:
     __slots__ = (
         "key", "entries", "args", "returns", "iteration", "phase", "done", "error", "generation",
         "young", "issued", "end", "calls", "env", "issue_error", "skipped", "unchecked",
-        "label", "ops", "compiled", "compiling",
+        "label", "ops", "compiled", "compiling", "seq",
     )
 
     def __init__(self, key: tuple, entries: list, args: list, returns: list, iteration: int,
@@ -55,6 +55,7 @@ class WorkItem:
         self.compiled: bool | None = None  # run as one compiled function, or op by op
         self.compiling = 0.0  # perf_counter when its segment's compile began (0: none)
         self.unchecked = False  # its values' shapes are checked when confirmed (op by op)
+        self.seq = 0  # its place in issue order (completion.py)
 
     def release(self) -> None:
         """Drop what running it needed: a placeholder Python keeps holds its value and this

@@ -230,6 +230,45 @@ def test_ctrl_c_while_python_waits_on_a_slow_read_is_raised_at_once():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+# -- confirming runs -------------------------------------------------------------------------
+
+
+def halving_loop(loop, late: list, hold=None):
+    """``v`` halved and shifted each step; its sum is read in the first iterations only, so
+    later steps issue it as soon as it is made (Python read it before) and read it once more,
+    0.1 s later, from iteration 8. ``hold(loss)``: what the loop looked at meanwhile."""
+    v = tf.Variable(tf.ones((4, 4)))
+    for i in loop(range(12)):
+        v.assign(v * 0.5 + float(i))
+        loss = tf.reduce_sum(v)
+        if i < 4:
+            late.append(float(loss))
+        elif i >= 8:
+            time.sleep(0.1)  # the run has long ended
+            if hold is not None:
+                hold(loss)
+            late.append(float(loss))
+    return late, v.numpy().tolist()
+
+
+def test_a_run_is_confirmed_when_python_waits_for_it_not_when_it_ends():
+    """The helper thread confirms runs when Python asks for one (completion.py): a run that
+    ended while Python ran on stays unconfirmed (the helper takes no GIL from the loop's
+    thread), and the read confirms it."""
+    eager = halving_loop(lambda it: it, [])
+    unconfirmed = []
+
+    def hold(loss):
+        item = loss.item
+        unconfirmed.append(item is not None and not item.done.is_set())
+
+    with Terra() as terra:
+        got = halving_loop(terra.loop, [], hold)
+    assert got == eager
+    assert_coexecuted(terra, last=4)
+    assert unconfirmed == [True] * 4
+
+
 # -- the timeline ---------------------------------------------------------------------------
 
 
