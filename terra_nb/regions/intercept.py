@@ -168,6 +168,14 @@ def _wrap_recorder(original):
     return wrapper
 
 
+def _hidden_frames() -> HiddenFrames:
+    """This thread's ``HiddenFrames`` (one kept per thread: entered once an iteration)."""
+    hidden = getattr(_local, "hidden", None)
+    if hidden is None:
+        hidden = _local.hidden = HiddenFrames()
+    return hidden
+
+
 def _install() -> None:
     global _users
     with _lock:
@@ -278,7 +286,7 @@ class Interception:
         self.regions.tapes.iteration = index
         self.regions.marks = []  # (those of an iteration nobody took the marks of)
         try:
-            with HiddenFrames():  # what a call traces through the wrappers names no line of ours
+            with _hidden_frames():  # what a call traces through the wrappers names no line of ours
                 yield
         finally:
             _local.regions = None

@@ -15,12 +15,14 @@ import pytest
 import tensorflow as tf
 from against_eager import SEGMENTS, assert_same_variables, compare, run
 from tensorflow.python.eager.polymorphic_function import tracing_compilation
+from tensorflow.python.util import tf_stack
 from test_coexec import assert_same_values
 from test_function_calls import keras_step_functions
 from what_ran import assert_coexecuted
 
 from terra_nb import Terra
 from terra_nb.regions import function_calls
+from terra_nb.regions.hidden_frames import HiddenFrames
 
 
 @pytest.fixture
@@ -387,6 +389,30 @@ def test_an_error_names_the_users_lines_as_in_eager(through_a_layer):
     assert values2[:3] == values[:3] and "terra_nb" not in values2[-1]
     assert [line for line in values2[-1].splitlines() if __file__ in line] == lines
     assert terra.regions.rows  # the calls went through the region wrappers
+
+
+def test_hidden_frames_hand_their_files_over_only_when_the_filters_around_change():
+    """Each regions iteration enters this thread's HiddenFrames again (intercept.py); its files
+    go to TensorFlow's stack filter again only when the filters around it changed."""
+    hidden, handed = HiddenFrames(), []
+
+    class Handed:
+        def update_to(self, files):
+            handed.append(frozenset(files))
+
+    hidden.internal_set = Handed()  # nothing traces inside: TensorFlow never reads it here
+    for _ in range(3):
+        with hidden:
+            pass
+    assert len(handed) == 1 and any("terra_nb" in f for f in handed[0])
+
+    class Around(tf_stack.StackTraceFilter):
+        def get_filtered_filenames(self):
+            return frozenset({"/elsewhere.py"})
+
+    with Around(), hidden:
+        pass
+    assert len(handed) == 2 and handed[1] == handed[0] | {"/elsewhere.py"}
 
 
 def python_argument_every_call(loop):
