@@ -11,7 +11,11 @@ last iteration is issued). Eager runs them one after the other
 (X + Y); co-execution issues the graph work into TensorFlow's asynchronous executor and goes on
 with the Python, so an iteration should take about max(X, Y); lazy mode runs the graph only at
 the read (X + Y again). Prints milliseconds per iteration (median of alternating rounds, after
-10 warm-up iterations) and co-execution's ratio to max(X, Y). The same probe with the graph run
+10 warm-up iterations) and co-execution's ratio to max(X, Y). Each part also runs alone, eagerly:
+the graph part (the step's ops and X, no busy Python) and the Python part (the same ops, the
+function run for no trips, and Y). Each holds the step's own op dispatch, which no plan hides
+(Python issues the ops before the graph can run them, and reads the result each iteration):
+co-execution's ideal is the longer part, ``coexec / max(parts)``. The same probe with the graph run
 on a Python thread took 2.87 ms for X = 0.75, Y = 2.0 (issue 39; ``benchmarks/gil_wait.py``
 shows why: the thread waits for the GIL to return from each call).
 
@@ -103,6 +107,10 @@ def pin_threads(on: bool) -> None:
 
 
 def run(mode: str, steps, n: int, python_s: float, count: int) -> float:
+    if mode == "graph part":  # eager, the Python work left out: X and the step's dispatch
+        return loop(lambda it: it, steps, n, 0.0, count)
+    if mode == "Python part":  # eager, the graph work left out (no trips): Y and the dispatch
+        return loop(lambda it: it, steps, 0, python_s, count)
     if mode == "eager":
         return loop(lambda it: it, steps, n, python_s, count)
     with Terra(mode=mode) as terra:
@@ -126,10 +134,10 @@ def main() -> None:
                              "threads on core 1")
     args = parser.parse_args()
     PIN["on"] = args.pin
-    modes = ("eager", "coexec", "lazy")
-    print("| graph X ms | Python Y ms | eager ms/it | coexec ms/it | lazy ms/it | "
-          "coexec / max(X, Y) |")
-    print("|---|---|---|---|---|---|")
+    modes = ("graph part", "Python part", "eager", "coexec", "lazy")
+    print("| graph X ms | Python Y ms | graph part alone | Python part alone | eager ms/it | "
+          "coexec ms/it | lazy ms/it | coexec / max(X, Y) | coexec / max(parts) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for graph_ms in args.graph_ms:
         steps, n = graph_work(graph_ms)
         for python_ms in args.python_ms:
@@ -138,9 +146,11 @@ def main() -> None:
                 for mode in modes:
                     got[mode].append(run(mode, steps, n, python_ms / 1e3, args.iterations))
             ms = {m: statistics.median(v) * 1e3 for m, v in got.items()}
-            ideal = max(graph_ms, python_ms)
-            print(f"| {graph_ms:g} | {python_ms:g} | {ms['eager']:.2f} | {ms['coexec']:.2f} | "
-                  f"{ms['lazy']:.2f} | {ms['coexec'] / ideal:.2f} |", flush=True)
+            parts = max(ms["graph part"], ms["Python part"])
+            print(f"| {graph_ms:g} | {python_ms:g} | {ms['graph part']:.2f} | "
+                  f"{ms['Python part']:.2f} | {ms['eager']:.2f} | {ms['coexec']:.2f} | "
+                  f"{ms['lazy']:.2f} | {ms['coexec'] / max(graph_ms, python_ms):.2f} | "
+                  f"{ms['coexec'] / parts:.2f} |", flush=True)
 
 
 if __name__ == "__main__":
