@@ -169,7 +169,8 @@ def _wrap_recorder(original):
 
 
 def _hidden_frames() -> HiddenFrames:
-    """This thread's ``HiddenFrames`` (one kept per thread: entered once an iteration)."""
+    """This thread's ``HiddenFrames``, entered once an iteration (Terra contexts do not nest in
+    a thread, so it is never entered twice at once)."""
     hidden = getattr(_local, "hidden", None)
     if hidden is None:
         hidden = _local.hidden = HiddenFrames()
