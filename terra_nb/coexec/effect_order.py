@@ -120,6 +120,12 @@ class IssueOrder:
         # after it (when it fails, the writes issued before it have all taken effect)
         waits = not effect and not cannot_fail(op_type, inputs)
         deps = self.last_write + self.pending if effect else self.last_write if waits else None
+        if deps and op_info(op_type).function:
+            # TensorFlow leaves out a control input on an op that already feeds this one (a data
+            # input orders it); but a call is inlined, and its body's reads of variables (inputs
+            # of their own) would not wait for that op's writes: the call waits on a no-op
+            with tf.control_dependencies(deps):
+                deps = [tf.no_op()]
         before = len(self.graph.get_operations())
         with tf.control_dependencies(deps) if deps else contextlib.nullcontext():
             yield
