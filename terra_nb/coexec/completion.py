@@ -121,15 +121,11 @@ class Completions:
     def wait(self, item: WorkItem) -> None:
         """Block until ``item`` is confirmed or failed (a Ctrl-C interrupts the wait)."""
         if not item.done.is_set():
-            self.ask(item)
+            with self._cond:  # the helper confirms every run up to it
+                if item.seq > self._asked:
+                    self._asked = item.seq
+                    self._cond.notify()
             wait_for(item.done, self._thread)
-
-    def ask(self, item: WorkItem) -> None:
-        """Have ``item`` and every run before it confirmed, without waiting."""
-        with self._cond:
-            if item.seq > self._asked:
-                self._asked = item.seq
-                self._cond.notify()
 
     def add(self, item: WorkItem) -> None:
         """(The loop's thread) ``item`` was issued (or held back)."""
