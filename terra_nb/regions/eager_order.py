@@ -122,40 +122,63 @@ class EagerOrder:
             copy = tee.copy = CopyKey(tee, target, watched, variables)
             key = (copy.key, tuple(copy.name(h) for h in handles if h.dtype != tf.resource),
                    tuple((at, tuple(map(copy.name, ts))) for at, ts in tee.watches))
-            same = self.orders.get(key)
-            if same is True:
+            verdict = self.orders.get(key)
+            if verdict is True:
                 return None
             formed = self.formed.get(key) if plain else None
-            if formed is not None:
-                region, where, opened = formed
-                grads = region.run(Bound(opened, CopyValues(copy, where)))
-                return _packed(sources, flat, grads, zeros), region, False
-            rec = tee.wired = TapeRecording(tee, target, watched)
-            keys, seen = _keys(rec, handles), _watched(rec, tee.watches)
-            if len(rec.outs) != len(targets) or seen is None:
-                return self._unfollowed(tee, "a target not made on the tape, or a watch of a "
-                                             "tensor an op had read")
-            opened = OpenedTape(rec)
-            if same is None:
-                same = _keep(self.orders, key, same_sums(rec, opened, keys, seen))
+            if formed is None:
+                rec = tee.wired = TapeRecording(tee, target, watched)
+                keys, seen = _keys(rec, handles), _watched(rec, tee.watches)
+                if len(rec.outs) != len(targets) or seen is None:
+                    return self._unfollowed(tee, "a target not made on the tape, or a watch of "
+                                                 "a tensor an op had read")
+                opened = OpenedTape(rec)
+                if verdict is None:
+                    verdict = _keep(self.orders, key, same_sums(rec, opened, keys, seen))
         except Exception:  # noqa: BLE001 - a copy it cannot open: TensorFlow's gradient
             return self._unfollowed(tee, "an op the copy cannot open")
-        if same:
-            return None
-        start = time.perf_counter()
-        grads = replay(opened, keys, seeds, seen)
-        formed = None if not plain else self._rent(
-            copy, key, rec, opened, rec.source_keys(handles), grads,
-            time.perf_counter() - start, type(target) is Placeholder)
+        new = None  # a G formed now: its key and the replay's gradients, to check its own
         if formed is None:
-            return _packed(sources, flat, grads, zeros), None, False
-        region, mine = formed  # G's op is in this iteration's trace: its next call is known
-        return _packed(sources, flat, mine, zeros), region, True
+            if verdict:
+                return None
+            start = time.perf_counter()
+            grads = replay(opened, keys, seeds, seen)
+            formed = None if not plain or not self.tapes.forms else self._rent(
+                copy, key, rec, opened, rec.source_keys(handles), time.perf_counter() - start,
+                type(target) is Placeholder)
+            if formed is None:
+                return _packed(sources, flat, grads, zeros), None, False
+            new = (key, grads)
+        grads, region, formed_now = self._answer(formed, copy, new)
+        return _packed(sources, flat, grads, zeros), region, formed_now
+
+    def _answer(self, formed: tuple, copy: CopyKey, new: tuple | None) -> tuple:
+        """(gradients, G or None, whether G formed now) by G at its one call site, so that its
+        first call (formed now, ``new``: its key and the replay's gradients) and every later one
+        are one op of the TraceGraph. A new G is kept if its gradients are the replay's bit for
+        bit; else the replay's answer (the replay goes on)."""
+        region, where, opened = formed
+        try:
+            grads = region.run(Bound(opened, CopyValues(copy, where)))
+        except Exception:  # noqa: BLE001 - a new G whose op has no graph gradient
+            if new is None:
+                raise
+            grads = None
+        if new is not None:
+            key, replayed = new
+            with capture.bypass(), capture.quiet_reads():  # terra-nb's check: no program read
+                same = grads is not None and all(
+                    same_bits(a, b) for a, b in zip(grads, replayed))
+            if not same:
+                return replayed, None, False
+            _keep(self.formed, key, formed)
+        return grads, region, new is not None
 
     def _rent(self, copy: CopyKey, key: tuple, rec: TapeRecording, opened: OpenedTape,
-              keys: tuple, grads: list, seconds: float, coexecuting: bool) -> tuple | None:
-        """The replay's rent; G formed over ``opened`` once it pays, in an iteration run for
-        real (its first call is an op co-execution has not seen): (G, its gradients)."""
+              keys: tuple, seconds: float, coexecuting: bool) -> tuple | None:
+        """The replay's rent; G over ``opened`` once it pays, in an iteration run for real (its
+        first call is an op co-execution has not seen): (G, where its arguments are, the copy),
+        to be checked by its first call (``_answer``)."""
         tapes = self.tapes
         rental = self.rents.get(key)
         if rental is None:
@@ -173,12 +196,16 @@ class EagerOrder:
         tapes.regions.came(("opened", key))
         self.awaited.discard(key)
         self.rents.pop(key, None)
-        formed = _formed(opened, keys, grads)
-        sources = None if formed is None else arg_sources(copy, rec.externals, rec.numpy_args)
-        if sources is None:
+        sources = arg_sources(copy, rec.externals, rec.numpy_args)
+        try:
+            with capture.bypass():
+                region = TapeRegion(opened, keys, "tape_gradient_opened")
+        except Exception:  # noqa: BLE001 - an op without a graph gradient: the replay goes on
             return None
-        _keep(self.formed, key, (formed[0], sources, opened))
-        return formed
+        if sources is None or not all(
+                opened.kept(k) for k, used in zip(region.keys, region.used) if used):
+            return None
+        return region, sources, opened
 
 
 def _summed_apart(tee: TapeTee) -> bool:
@@ -215,22 +242,6 @@ def _read_thrice(tee: TapeTee) -> bool:
 
 def _ids(outputs) -> list[int]:
     return [t._id for t in flatten(outputs) if hasattr(t, "_id")]
-
-
-def _formed(opened: OpenedTape, keys: tuple, grads: list) -> tuple | None:
-    """(G over ``opened``, its first gradients) if they are the replay's bit for bit and it
-    reads no value the hits did not keep; None otherwise (the replay goes on)."""
-    try:
-        with capture.bypass():
-            region = TapeRegion(opened, keys, "tape_gradient_opened")
-        if not all(opened.kept(k) for k, used in zip(region.keys, region.used) if used):
-            return None
-        mine = region.run(opened)  # the program's op, as the replay's were
-    except Exception:  # noqa: BLE001 - an op without a graph gradient: the replay goes on
-        return None
-    with capture.bypass(), capture.quiet_reads():  # terra-nb's check: no program read
-        same = all(same_bits(a, b) for a, b in zip(mine, grads))
-    return (region, mine) if same else None
 
 
 def _keys(rec: TapeRecording, handles: list) -> tuple:
