@@ -264,7 +264,7 @@ class TapeRegion:
     def inputs(self, rec: TapeRecording | CopyValues) -> list:
         """G's arguments for this call's values, read by ``rec.value`` (the wired copy, or a copy
         matched by key); a scalar filler where G does not read one."""
-        return [rec.value(k) if used or dtype in _UNFILLABLE else _filler(dtype)
+        return [_tensor(rec.value(k), dtype) if used or dtype in _UNFILLABLE else _filler(dtype)
                 for k, used, dtype in zip(self.keys, self.used, self.dtypes)]
 
     def arrange(self, grads) -> list:
@@ -277,6 +277,14 @@ class TapeRegion:
     def run(self, rec: TapeRecording | CopyValues) -> list:
         """The sources' gradients for this call's values, as graph work."""
         return self.arrange(self.fn.packed(*self.inputs(rec)) if self.connected else ())
+
+
+def _tensor(x, dtype: str):
+    """An argument of G as a tensor. A copy matched by key holds the numpy array the loop fed
+    an op where the copy G formed from held the tensor that op ran on (an op run for real
+    converts its input first; answered by co-execution, it takes the array): G takes the tensor
+    the op converts it to (an array in a function call's inputs is a TypeError)."""
+    return capture.eager_constant(x, dtype) if isinstance(x, np.ndarray | np.generic) else x
 
 
 def same_bits(a, b) -> bool:

@@ -275,3 +275,30 @@ def test_no_placeholder_outlives_a_tape_loop(monkeypatch):
     terra, _, _ = compare_counted(rnn_program)
     assert formed(terra, TAPE).hits >= 8, terra.regions
     assert walks["heap"] == 0 and hooks._holds == 0 and not hooks.is_installed()
+
+
+def test_indices_fed_as_numpy_reach_g_as_the_tensor_the_gather_converts_them_to():
+    """An embedding gathered with a new numpy batch of indices each step. G forms in an
+    iteration run for real, where the gather converted the array before the copy saw it; the
+    co-executed ones feed it the array itself. G takes it as the gather's tensor (before: a
+    TypeError from the function call at the first co-executed hit, which eager does not raise;
+    the adversarial review's r02)."""
+
+    def program(loop):
+        rng = np.random.RandomState(2)
+        table = tf.Variable(rng.randn(10, 8).astype("float32"))
+        w = tf.Variable(rng.randn(8, 1).astype("float32"))
+        losses = []
+        for _ in loop(range(24)):
+            idx = rng.randint(0, 10, size=(4,)).astype("int32")
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(tf.square(tf.gather(table, idx) @ w))
+            g_table, g_w = tape.gradient(loss, [table, w])
+            table.assign_sub(0.01 * tf.convert_to_tensor(g_table))
+            w.assign_sub(0.01 * g_w)
+            losses.append(float(loss))
+        return losses, [table.numpy(), w.numpy()]
+
+    terra, _, _ = compare(program, {"mode": "coexec", **TAPES}, at_least=0.8)
+    assert formed(terra, TAPE).hits >= 15
+    assert "fallback" not in [s.phase for s in terra.stats]
