@@ -223,7 +223,7 @@ class CoexecEngine:
         return self.ready and not self.gave_up
 
     def begin(self, root_frame, iteration: int):
-        self._iteration = iteration
+        self._iteration = self.runner.graph.failures.iteration = iteration  # (a late failure's)
         if self.eager and iteration >= self._eager_until:
             self.eager = False  # try co-execution again
             self._one_off.clear()

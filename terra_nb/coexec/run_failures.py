@@ -9,7 +9,10 @@ are readable (salvage.py), and a new generation starts. The error names the op's
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+import warnings
 from typing import Any
 
 from tensorflow.python.eager import record
@@ -29,6 +32,7 @@ class RunFailures:
         self.describe = describe
         self.error: BaseException | None = None  # the last failure
         self.generation = 0  # bumped when Python is told of a failure
+        self.iteration = 0  # the Terra iteration Python is in (the engine's), for a late one
         self._failed_generation = -1
         self._item: WorkItem | None = None  # the failed run, for its values before the failure
 
@@ -49,6 +53,7 @@ class RunFailures:
     def failed(self, item: WorkItem, error: BaseException) -> None:
         """(Completions' thread) ``item`` is the first failure of its generation."""
         error._terra_node = _failing_node(item, error)
+        error._terra_iteration = item.iteration
         self.error = error
         self._item = item
         self._failed_generation = item.generation
@@ -62,12 +67,29 @@ class RunFailures:
         if not getattr(error, "_terra_noted", False):
             error._terra_noted = True
             node = getattr(error, "_terra_node", None)
-            where = f" by the op at {self.describe(node)}" if node is not None else ""
+            op = f"the op at {self.describe(node)}" if node is not None else "an op"
             error.add_note(
-                f"terra-nb: raised{where} when TensorFlow's executor ran it; Python had already "
+                f"terra-nb: raised by {op} when TensorFlow's executor ran it; Python had already "
                 f"gone on to the line where this surfaced (the next read of a value)."
             )
+            self._warn_if_late(error, op)
         raise error
+
+    def _warn_if_late(self, error: BaseException, op: str) -> None:
+        """Say so where the error surfaced in a later iteration than its op's: eager raised it
+        there, and the iterations between ran their Python past it (a ``try`` then catches it
+        late, and the state goes on from another point than eager's)."""
+        failed = getattr(error, "_terra_iteration", None)
+        if failed is None or self.iteration <= failed:
+            return
+        warnings.warn(
+            f"terra-nb: {op} failed on TensorFlow's executor in iteration {failed}, and nothing "
+            f"of that iteration was read after it, so its {type(error).__name__} surfaced in "
+            f"iteration {self.iteration}; eager raises it in iteration {failed}. The iterations "
+            f"between ran their Python past the failing op, and the updates issued after it were "
+            f"dropped: from here the state may differ from eager's. To catch such an error in "
+            f"its own iteration, read a value of the step (float(loss), say) inside the try.",
+            RuntimeWarning, stacklevel=_user_level())
 
     def _recover(self, executor) -> None:
         """The executor goes on from the failure (cleared; what was queued after the failing op
@@ -113,3 +135,16 @@ def _made(value) -> bool:
     except Exception:  # noqa: BLE001 - poisoned: dropped or failed
         return False
     return True
+
+
+_OURS = tuple(os.path.dirname(m.__file__) + os.sep
+              for m in (sys.modules["terra_nb"], sys.modules["tensorflow"]))
+
+
+def _user_level() -> int:
+    """The stack level of the first frame that is neither terra-nb's nor TensorFlow's: the
+    user's line a warning names."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_OURS):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -172,8 +173,11 @@ def failing_step(loop, slow):
 def test_an_op_error_in_a_run_is_caught_in_its_iteration_and_the_loop_goes_on(options):
     slow = make_slow()
     eager_caught, eager_v, eager_w = failing_step(lambda it: it, slow)
-    with Terra(**options) as terra:
-        caught, v, w = failing_step(terra.loop, slow)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with Terra(**options) as terra:
+            caught, v, w = failing_step(terra.loop, slow)
+    assert not [w for w in said if "surfaced in iteration" in str(w.message)]  # not late
     eager_caught = [c for c in eager_caught if c is not None]
     assert (6, "caught", True) in eager_caught
     # caught in iteration 6 (where its read is), as in eager, naming the user's line
@@ -182,6 +186,42 @@ def test_an_op_error_in_a_run_is_caught_in_its_iteration_and_the_loop_goes_on(op
     assert v == eager_v and w == eager_w  # no update issued after the failing op took effect
     assert phases(terra)[6] == "coexec" and phases(terra)[7:] == ["coexec"] * 3
     assert_coexecuted(terra, at_least=0.5)
+
+
+def read_every_third(loop, slow):
+    """As ``failing_step``, the gather failing at iteration 4, the step read only at 2, 5, 8."""
+    v = tf.Variable(tf.fill((N, N), 0.01))
+    w = tf.Variable([1.0, 2.0, 3.0])
+    caught = []
+    for i in loop(range(9)):
+        try:
+            h = slow(v * 1.0, tf.constant(20))
+            g = tf.gather(w * 2.0, 3 if i == 4 else i % 3)
+            v.assign(h * 0.5 + g)
+            if i % 3 == 2:
+                caught.append((i, float(tf.reduce_sum(v))))
+        except tf.errors.InvalidArgumentError:
+            caught.append((i, "caught"))
+    return caught
+
+
+def test_an_op_error_that_surfaces_in_a_later_iteration_says_so():
+    """Nothing of iteration 4 is read after its op fails: eager raises in iteration 4,
+    co-execution at the next read, in iteration 5 (README, Known limits). A RuntimeWarning at the
+    user's line says which iterations, that the state may differ from eager's from there, and
+    what to do."""
+    slow = make_slow()
+    assert (4, "caught") in read_every_third(lambda it: it, slow)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with Terra() as terra:
+            caught = read_every_third(terra.loop, slow)
+    assert (5, "caught") in caught
+    late = [w for w in said if "surfaced in iteration 5" in str(w.message)]
+    assert len(late) == 1 and late[0].filename == __file__, [str(w.message) for w in said]
+    text = str(late[0].message)
+    assert "test_async_executor.py" in text and "in iteration 4" in text and "float(loss)" in text
+    assert phases(terra)[4] == "coexec"
 
 
 # -- Ctrl-C ---------------------------------------------------------------------------------
