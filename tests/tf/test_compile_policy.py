@@ -193,11 +193,13 @@ def calls_then_python(loop, steps: int = 40):
 
 
 def test_a_call_segment_runs_while_python_goes_on_interpreted(monkeypatch):
-    terra, threads = run_equal_to_eager(calls_then_python, monkeypatch)
+    # never compiled: on a busy machine the few ops around the call rent more and may compile
+    # it early, which is the policy working (a suite run beside other work: 2 runs op by op
+    # of 40)
+    terra, threads = run_equal_to_eager(calls_then_python, monkeypatch, compile_after=10**6)
     # its ~2 ms call overlaps Python's 4 ms interpreted: a Python runner thread needed the GIL
-    # back to return from it, and overlapped only once compiled. Only the few ops around the
-    # call rent (~0.3 ms a run): the call segment may compile late in the loop, or not at all
-    assert len(threads) >= 20, threads
+    # back to return from it, and overlapped only once compiled
+    assert len(threads) >= 30 and terra.compiled_segments == 0, threads
     python = {s.iteration: s for s in terra.spans if s.runner == "python" and s.kind == "fetch"}
     graph = [s for s in terra.spans if s.runner == "graph" and s.kind == "exec"
              and s.phase == "coexec" and s.iteration in python]
