@@ -75,7 +75,7 @@ class TapeTee(RecordingTee):
         op_type = op_type_of(op_name)
         # a function called by ``execute`` (a region's F) is not taped: who calls it tapes
         untaped = attrs is not None and op_info(op_type).function
-        self.raw.append((op_type, args, attrs, outputs,
+        self.raw.append((op_type, _as_read(args), attrs, outputs,
                          untaped or pywrap_tfe.TFE_Py_TapeSetIsStopped()))
 
     def own_gradient(self, op_type: str, inputs, outputs) -> None:
@@ -94,6 +94,21 @@ class TapeTee(RecordingTee):
         self.regions[len(self.raw)] = (backward, saved)
         self.raw.append((REGION_OP, list(inputs), None, list(outputs),
                          pywrap_tfe.TFE_Py_TapeSetIsStopped()))
+
+
+def _as_read(args):
+    """An op's arguments with each numpy array copied, as the op read it: the copy is read at
+    the gradient, and the loop may refill an array in place meanwhile (a mask or an index
+    buffer reused every step), where eager's ops converted it when they ran."""
+    for a in args:
+        if type(a) is np.ndarray or type(a) in (list, tuple) and any(
+                type(x) is np.ndarray for x in a):
+            break
+    else:
+        return args
+    return [a.copy() if type(a) is np.ndarray else type(a)(
+        x.copy() if type(x) is np.ndarray else x for x in a) if type(a) in (list, tuple) else a
+        for a in args]
 
 
 def _inputs(op_type: str, args, attrs) -> list:

@@ -302,3 +302,31 @@ def test_indices_fed_as_numpy_reach_g_as_the_tensor_the_gather_converts_them_to(
     terra, _, _ = compare(program, {"mode": "coexec", **TAPES}, at_least=0.8)
     assert formed(terra, TAPE).hits >= 15
     assert "fallback" not in [s.phase for s in terra.stats]
+
+
+def test_a_numpy_array_changed_after_the_op_that_read_it_keeps_the_read_values_on_the_copy():
+    """A mask refilled in place every step and zeroed after the forward ops, before the
+    gradient: eager's ``Mul`` converted the array when it ran, and the tape's gradient uses those
+    values. The copy G reads from keeps them (before: G converted the zeroed array at the
+    gradient). TensorFlow aliases a 64-byte-aligned array instead of copying it, so eager's
+    own result would depend on the array's address: the mask here is never aligned so."""
+
+    def program(loop):
+        rng = np.random.RandomState(8)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        opt = keras.optimizers.SGD(0.1)
+        mask = np.ones(9, np.float32)[1:]  # 4 bytes past a 16-byte boundary: copied by TF
+        losses = []
+        for _ in loop(range(20)):
+            mask[:] = rng.rand(8) > 0.5
+            x = rng.randn(8, 4).astype("float32")
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(model(x)[:, 0] * mask)
+            mask[:] = 0.0
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            losses.append(float(loss))
+        return losses, model.get_weights()
+
+    terra, _, _ = compare(program, {"mode": "coexec", **TAPES})
+    assert formed(terra, TAPE).hits >= 10
