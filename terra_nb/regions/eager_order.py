@@ -40,6 +40,8 @@ class EagerOrder:
         self.orders: dict[tuple, bool] = {}  # copy key -> whether TensorFlow sums as eager
         self.formed: dict[tuple, tuple] = {}  # copy key -> (G, where its arguments are, copy)
         self.rents: dict[tuple, Rental] = {}
+        self.unformed: dict[tuple, bool] = {}  # copy keys whose G's first gradients were not
+        # the replay's (gather slices summed dense): the same copy would fail again
         self.awaited: set[tuple] = set()  # G due in a co-executed iteration: formed next
         self.unfollowed: dict[str, str] = {}  # tape site -> why its copy could not be followed
         self.hit_taped = False  # a region took a hit on a copied tape: tapes stay copied
@@ -170,6 +172,7 @@ class EagerOrder:
                 same = grads is not None and all(
                     same_bits(a, b) for a, b in zip(grads, replayed))
             if not same:
+                _keep(self.unformed, key, True)
                 return replayed, None, False
             _keep(self.formed, key, formed)
         return grads, region, new is not None
@@ -180,6 +183,8 @@ class EagerOrder:
         first call is an op co-execution has not seen): (G, where its arguments are, the copy),
         to be checked by its first call (``_answer``)."""
         tapes = self.tapes
+        if key in self.unformed:
+            return None
         rental = self.rents.get(key)
         if rental is None:
             rental = _keep(self.rents, key,
