@@ -149,19 +149,21 @@ def test_a_numpy_constant_made_right_after_a_queued_segment_does_not_wait_for_it
 # -- failures -------------------------------------------------------------------------------
 
 
-def failing_step(loop, slow):
-    """A slow run, a gather that fails at iteration 6 (index 3 of 3), an update after it; the
-    step's loss is read inside the try. Returns what was caught where, and the state."""
+def failing_step(loop, slow, bad: int = 6, read_every: int = 1):
+    """A slow run, a gather that fails at iteration ``bad`` (index 3 of 3), an update after it;
+    the step's loss is read inside the try every ``read_every`` iterations (at i % n == n - 1).
+    Returns what was caught where, and the state."""
     v = tf.Variable(tf.fill((N, N), 0.01))
     w = tf.Variable([1.0, 2.0, 3.0])
     caught = []
     for i in loop(range(10)):
         try:
             h = slow(v * 1.0, tf.constant(20))
-            g = tf.gather(w * 2.0, 3 if i == 6 else i % 3)
+            g = tf.gather(w * 2.0, 3 if i == bad else i % 3)
             v.assign(h * 0.5 + g)
             w.assign_add(tf.ones(3) * g)
-            caught.append((i, float(tf.reduce_sum(w))))
+            if i % read_every == read_every - 1:
+                caught.append((i, float(tf.reduce_sum(w))))
         except tf.errors.InvalidArgumentError as error:
             caught.append((i, "caught", "[0, 3)" in str(error)))
             notes = getattr(error, "__notes__", [])
@@ -188,35 +190,18 @@ def test_an_op_error_in_a_run_is_caught_in_its_iteration_and_the_loop_goes_on(op
     assert_coexecuted(terra, at_least=0.5)
 
 
-def read_every_third(loop, slow):
-    """As ``failing_step``, the gather failing at iteration 4, the step read only at 2, 5, 8."""
-    v = tf.Variable(tf.fill((N, N), 0.01))
-    w = tf.Variable([1.0, 2.0, 3.0])
-    caught = []
-    for i in loop(range(9)):
-        try:
-            h = slow(v * 1.0, tf.constant(20))
-            g = tf.gather(w * 2.0, 3 if i == 4 else i % 3)
-            v.assign(h * 0.5 + g)
-            if i % 3 == 2:
-                caught.append((i, float(tf.reduce_sum(v))))
-        except tf.errors.InvalidArgumentError:
-            caught.append((i, "caught"))
-    return caught
-
-
 def test_an_op_error_that_surfaces_in_a_later_iteration_says_so():
     """Nothing of iteration 4 is read after its op fails: eager raises in iteration 4,
     co-execution at the next read, in iteration 5 (README, Known limits). A RuntimeWarning at the
     user's line says which iterations, that the state may differ from eager's from there, and
     what to do."""
     slow = make_slow()
-    assert (4, "caught") in read_every_third(lambda it: it, slow)
+    assert (4, "caught", True) in failing_step(lambda it: it, slow, bad=4, read_every=3)[0]
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         with Terra() as terra:
-            caught = read_every_third(terra.loop, slow)
-    assert (5, "caught") in caught
+            caught, _, _ = failing_step(terra.loop, slow, bad=4, read_every=3)
+    assert (5, "caught", True) in caught
     late = [w for w in said if "surfaced in iteration 5" in str(w.message)]
     assert len(late) == 1 and late[0].filename == __file__, [str(w.message) for w in said]
     text = str(late[0].message)
