@@ -40,8 +40,8 @@ class EagerOrder:
         self.orders: dict[tuple, bool] = {}  # copy key -> whether TensorFlow sums as eager
         self.formed: dict[tuple, tuple] = {}  # copy key -> (G, where its arguments are, copy)
         self.rents: dict[tuple, Rental] = {}
-        self.unformed: dict[tuple, bool] = {}  # copy keys whose G's first gradients were not
-        # the replay's (gather slices summed dense): the same copy would fail again
+        self.unformed: dict[tuple, bool] = {}  # copy keys whose G could not be made, or whose
+        # first gradients were not the replay's (gather slices summed dense): so would the next
         self.awaited: set[tuple] = set()  # G due in a co-executed iteration: formed next
         self.unfollowed: dict[str, str] = {}  # tape site -> why its copy could not be followed
         self.hit_taped = False  # a region took a hit on a copied tape: tapes stay copied
@@ -206,9 +206,10 @@ class EagerOrder:
             with capture.bypass():
                 region = TapeRegion(opened, keys, "tape_gradient_opened")
         except Exception:  # noqa: BLE001 - an op without a graph gradient: the replay goes on
-            return None
-        if sources is None or not all(
+            region = None
+        if region is None or sources is None or not all(
                 opened.kept(k) for k, used in zip(region.keys, region.used) if used):
+            _keep(self.unformed, key, True)  # the copy's structure: so would the next one
             return None
         return region, sources, opened
 
