@@ -106,9 +106,11 @@ def _as_read(args):
             break
     else:
         return args
-    return [a.copy() if type(a) is np.ndarray else type(a)(
-        x.copy() if type(x) is np.ndarray else x for x in a) if type(a) in (list, tuple) else a
-        for a in args]
+    return [type(a)(map(_copied, a)) if type(a) in (list, tuple) else _copied(a) for a in args]
+
+
+def _copied(x):
+    return x.copy() if type(x) is np.ndarray else x
 
 
 def _inputs(op_type: str, args, attrs) -> list:
