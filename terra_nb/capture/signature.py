@@ -210,7 +210,7 @@ class SignatureIndex:
 
     def __init__(self) -> None:
         self.entries: dict[tuple, Entry | str] = {}
-        self.node_locations: dict[int, str] = {}  # TraceGraph node -> file:line
+        self.node_locs: dict[int, int] = {}  # TraceGraph node -> the loc id it was learned at
         # Nodes whose values Python read in some iteration: co-execution hands the graph the ops
         # up to such a node as soon as it is issued, so the value is ready when Python asks.
         self.fetched_nodes: set[int] = set()
@@ -263,7 +263,7 @@ class SignatureIndex:
             if fast_sig is not None and fast_sig not in self.entries:
                 self.entries[fast_sig] = FAST_FALLBACK
                 self._add_sibling(fast_sig, FAST_FALLBACK)
-            self.node_locations.setdefault(mapping[op.index], op.location)
+            self.node_locs.setdefault(mapping[op.index], op.loc)
             if op.fetched:
                 self.fetched_nodes.add(mapping[op.index])
 

@@ -52,14 +52,13 @@ class GraphRunner:
     max_compiled = 256  # compiled segments kept
 
     def __init__(self, handles: dict[int, Any], *, xla: bool = False, max_ahead: int = 8,
-                 compile_after: int = 2, describe=lambda node: "", split_cores: bool = True,
+                 compile_after: int = 2, where=lambda node: None, split_cores: bool = True,
                  ) -> None:
-        """``describe(node)`` names a TraceGraph node's source line for error messages;
+        """``where(node)``: a TraceGraph node's ``Location`` (or None), for error messages;
         ``max_ahead``: runs issued and not confirmed before Python waits for the oldest;
         ``split_cores``: keep the executor's thread and the loop's on cores of their own
         (cores.py)."""
         self.handles = handles
-        self.describe = describe
         self.xla = xla
         self.compile_after = compile_after
         self.max_ahead = max_ahead
@@ -71,7 +70,7 @@ class GraphRunner:
         self.policy = CompilePolicy()
         self.long_calls = LongCalls()  # calls after which Python flushes (early_start.py)
         self.spans: list = []  # RunnerSpans, appended by the helper threads
-        self.failures = RunFailures(handles, describe)
+        self.failures = RunFailures(handles, where)
         # Compiled functions (or segments TensorFlow cannot compile), least recently used first:
         # a loop whose paths never repeat would otherwise keep every one of them.
         self._cache: OrderedDict[tuple, Any] = OrderedDict()

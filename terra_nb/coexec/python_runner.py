@@ -80,7 +80,8 @@ class PythonRunner:
         self.graph = GraphRunner(
             self.handles, xla=xla, compile_after=compile_after,
             split_cores=split_cores and not lazy,  # lazy mode waits for each run: no overlap
-            describe=lambda node: index.node_locations.get(node, "?"))
+            where=lambda node: locations.locations[index.node_locs[node]]
+            if node in index.node_locs else None)
         self.lane = PythonLane()
         self.kept = KeptPlaceholders()
         self.interrupts = DeferredInterrupts()

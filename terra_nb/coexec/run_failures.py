@@ -18,6 +18,7 @@ from typing import Any
 from tensorflow.python.eager import record
 
 from .. import capture
+from ..capture import catching
 from .lower import make_segment
 from .salvage import values_before_failure
 from .work_items import WorkItem
@@ -25,11 +26,11 @@ from .work_items import WorkItem
 
 class RunFailures:
     """The failure of the current generation of runs (``handles``: variable key -> handle;
-    ``describe(node)``: a TraceGraph node's source line)."""
+    ``where(node)``: a TraceGraph node's ``Location``, or None)."""
 
-    def __init__(self, handles: dict[int, Any], describe) -> None:
+    def __init__(self, handles: dict[int, Any], where) -> None:
         self.handles = handles
-        self.describe = describe
+        self.where = where
         self.error: BaseException | None = None  # the last failure
         self.generation = 0  # bumped when Python is told of a failure
         self.iteration = 0  # the Terra iteration Python is in (the engine's), for a late one
@@ -67,29 +68,41 @@ class RunFailures:
         if not getattr(error, "_terra_noted", False):
             error._terra_noted = True
             node = getattr(error, "_terra_node", None)
-            op = f"the op at {self.describe(node)}" if node is not None else "an op"
+            location = None if node is None else self.where(node)
+            op = "an op" if location is None else f"the op at {location.text}"
             error.add_note(
                 f"terra-nb: raised by {op} when TensorFlow's executor ran it; Python had already "
                 f"gone on to the line where this surfaced (the next read of a value)."
             )
-            self._warn_if_late(error, op)
+            self._warn_if_late(error, op, location)
         raise error
 
-    def _warn_if_late(self, error: BaseException, op: str) -> None:
-        """Say so where the error surfaced in a later iteration than its op's: eager raised it
-        there, and the iterations between ran their Python past it (a ``try`` then catches it
-        late, and the state goes on from another point than eager's)."""
+    def _warn_if_late(self, error: BaseException, op: str, location) -> None:
+        """Say so where eager would have raised the error elsewhere: in an earlier iteration
+        (the iterations between ran their Python past it), or inside other ``except`` clauses
+        than where it surfaced (``catching``: another clause, or none, catches it). Either way
+        the state goes on from another point than eager's."""
         failed = getattr(error, "_terra_iteration", None)
-        if failed is None or self.iteration <= failed:
+        if failed is None:
+            return
+        name = type(error).__name__
+        if self.iteration > failed:
+            where = (f"in iteration {failed}, and nothing of that iteration was read after it, "
+                     f"so its {name} surfaced in iteration {self.iteration}; eager raises it in "
+                     f"iteration {failed}. The iterations between ran their Python past the "
+                     f"failing op")
+        elif location is not None and _caught_elsewhere(location.frames):
+            where = (f"in this iteration, and nothing was read between it and the end of the try "
+                     f"around it, so its {name} surfaced outside that try; eager raises it at "
+                     f"the op, where other except clauses (or none) catch it. Python ran past "
+                     f"the failing op")
+        else:
             return
         warnings.warn(
-            f"terra-nb: {op} failed on TensorFlow's executor in iteration {failed}, and nothing "
-            f"of that iteration was read after it, so its {type(error).__name__} surfaced in "
-            f"iteration {self.iteration}; eager raises it in iteration {failed}. The iterations "
-            f"between ran their Python past the failing op, and the updates issued after it were "
-            f"dropped: from here the state may differ from eager's. To catch such an error in "
-            f"its own iteration, read a value of the step (float(loss), say) inside the try.",
-            RuntimeWarning, stacklevel=_user_level())
+            f"terra-nb: {op} failed on TensorFlow's executor {where}, and the updates issued "
+            f"after it were dropped: from here the state may differ from eager's. To catch such "
+            f"an error where eager does, read a value of the step (float(loss), say) inside the "
+            f"try around the op.", RuntimeWarning, stacklevel=_user_level())
 
     def _recover(self, executor) -> None:
         """The executor goes on from the failure (cleared; what was queued after the failing op
@@ -110,6 +123,13 @@ class RunFailures:
             placeholder.resolve(value)
             placeholder.bind(None)
         item.release()
+
+
+def _caught_elsewhere(frames) -> bool:
+    """Whether an error raised at the op of ``frames`` (root first) meets other ``except``
+    clauses than one raised here, at the line it surfaced at."""
+    here = catching.chain_here(frames[0][0]) if frames else ()
+    return catching.catching(frames) != catching.catching(here)
 
 
 def _failing_node(item: WorkItem, error: BaseException) -> int | None:
