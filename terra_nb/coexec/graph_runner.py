@@ -14,8 +14,9 @@ effects (a value read, an op run for real, between iterations) it waits for the 
 Nothing on the loop's thread reads a pending handle's shape: a compiled segment's output shapes
 are checked against the placeholders when it compiles, an op-by-op run's when it is confirmed.
 
-Each run ends with a ``Timestamp`` op that ``Completions`` (completion.py) reads, in order, on a
-helper thread that only waits: the run is confirmed (its values, its span on the timeline, its
+Each run ends with a ``Timestamp`` (a compiled run's is its function's last output, an op-by-op
+run's an op of its own) that ``Completions`` (completion.py) reads, in order, on a helper thread
+that only waits: the run is confirmed (its values, its span on the timeline, its
 rent for the compile policy) or failed. A failed op makes the executor drop everything queued
 after it (no later update takes effect); the failure is raised in Python at its next
 synchronisation point (a read, a wait, the end of the loop), naming the op's source line; then
@@ -163,7 +164,8 @@ class GraphRunner:
             except Exception as error:
                 item.issue_error = error
                 self.failures.hold(item.generation)
-            item.end = stamp(self.executor)
+            if item.end is None:  # (a compiled run's function gives its own)
+                item.end = stamp(self.executor)
         if values is not None:
             for placeholder, value in zip(item.returns, values):
                 placeholder.issue(value)
@@ -208,6 +210,8 @@ class GraphRunner:
         if first is not None:  # its trace, and the instantiation its first issue does
             self.policy.learn(item.key, time.perf_counter() - first)
         item.unchecked, item.compiled = item.key in self._unchecked, True
+        if len(values) > len(item.returns):  # its own end stamp (compile_segment's ``stamped``)
+            item.end = values.pop()
         return values
 
     def _refused_by_xla(self, item: WorkItem, args: list, values: list) -> list:
@@ -221,7 +225,7 @@ class GraphRunner:
             self.executor.clear_error()
             segment = make_segment(item.key, item.entries)
             function = self._cache[item.key] = FunctionCall(
-                compile_segment(segment, self.handles, False))
+                compile_segment(segment, self.handles, False, stamped=True))
             with issuing_into(self.executor):
                 return function(*args)
         return values
@@ -244,7 +248,8 @@ class GraphRunner:
         ``RaggedTensor.to_tensor`` has)."""
         segment = make_segment(item.key, item.entries)
         try:
-            function = FunctionCall(compile_segment(segment, self.handles, self.xla))
+            function = FunctionCall(compile_segment(segment, self.handles, self.xla,
+                                                    stamped=True))
         except (ValueError, TypeError):
             if not interpretable(segment):
                 raise

@@ -324,11 +324,14 @@ NO_ACD = {"_disable_acd": True}  # ... whose body orders its effects itself
 
 
 def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False,
-                    noinline: bool = False, name: str = "segment"):
+                    noinline: bool = False, name: str = "segment", stamped: bool = False):
     """The concrete function that runs ``segment``; ``handles`` maps variable keys to handles.
     ``noinline``: a function called from other graphs (a region's) keeps its own body and
     grappler config there, instead of being inlined and optimised with its caller. ``name``
-    names the function (``__inference_<name>_N``: the op type its calls have)."""
+    names the function (``__inference_<name>_N``: the op type its calls have). ``stamped`` (and
+    not XLA, which has no kernel for it, ``uses_xla``): one more output, a ``Timestamp`` taken
+    once every op the run waits for has run (the run's end, without an op of its own)."""
+    xla = uses_xla(segment, xla)
 
     def body(*args):
         order = IssueOrder()
@@ -340,15 +343,23 @@ def compile_segment(segment: Segment, handles: dict[int, Any], xla: bool = False
             if len(outputs) != op.n_outputs:
                 raise TerraError(f"lowering {op.op_type} gave {len(outputs)} outputs")
             env.append(outputs)
-        return [env[p][k] for p, k in segment.returns]
+        returns = [env[p][k] for p, k in segment.returns]
+        if stamped and not xla:
+            with tf.control_dependencies(returns + list(order.graph.control_outputs)):
+                returns.append(tf.timestamp())
+        return returns
 
     body.__name__ = name
-    xla = xla and _xla_can_run(segment)
     function = tf.function(body, autograph=False, jit_compile=xla or None, reduce_retracing=False,
                            experimental_attributes={**NO_ACD, **(NOINLINE if noinline else {})})
     with record.stop_recording():  # its captures of handles are no op of an open tape's
         return function.get_concrete_function(
             *[tf.TensorSpec(shape, dtype) for dtype, shape in segment.args])
+
+
+def uses_xla(segment: Segment, xla: bool) -> bool:
+    """Whether ``compile_segment`` compiles ``segment`` with XLA when asked to (``xla``)."""
+    return xla and _xla_can_run(segment)
 
 
 def _xla_can_run(segment: Segment) -> bool:

@@ -366,3 +366,28 @@ def test_graph_spans_are_the_executors_times_inside_the_loop():
     for span in runs:  # the executor's own time: the slow run, not its issue (microseconds) ...
         assert span.duration > 0.5 * duration, (span, duration)
         assert span.t_end <= fetches[span.iteration]  # ... which Python's read waited for
+
+
+def test_a_compiled_run_ends_with_its_own_stamp(monkeypatch):
+    """A compiled segment's last output is the run's end stamp (``compile_segment``'s
+    ``stamped``): the loop's thread issues one call a run, no ``Timestamp`` op beside it, and
+    the run's span still ends when its ops did."""
+    from terra_nb.coexec import graph_runner
+
+    issued = []
+    stamp = graph_runner.stamp
+    monkeypatch.setattr(graph_runner, "stamp", lambda executor: issued.append(1) or stamp(executor))
+    slow = make_slow()
+    v = tf.Variable(tf.fill((N, N), 0.01))
+    with Terra(compile_after=1) as terra:
+        for i in terra.loop(range(8)):
+            if i == 4:
+                issued.clear()
+            v.assign(slow(v * 1.0, tf.constant(20)) * 0.5)
+            float(tf.reduce_sum(v))
+    assert_coexecuted(terra, last=4)
+    assert terra._engine.runner.graph.interpreted == 0
+    assert issued == []
+    runs = [s for s in terra.spans if s.runner == "graph" and s.kind == "exec"
+            and s.iteration >= 4]
+    assert len(runs) >= 4 and all(s.compiled and s.duration > 0 for s in runs)
