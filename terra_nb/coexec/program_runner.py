@@ -223,7 +223,8 @@ class WholeProgram:
         try:
             self._send(decisions, feeds)
         except (errors.OutOfRangeError, errors.CancelledError):  # the run failed, closing them
-            self._check()
+            if self._check():  # not eager's failure: the run went ahead of Python's checks
+                raise PathError("the program's run failed ahead of Python's checks") from None
             raise
 
     def _send(self, decisions: list[int], feeds: list) -> None:

@@ -5,6 +5,7 @@ them: the tests also assert the fallback that is expected (segments, or a fallba
 
 import sys
 
+import keras
 import numpy as np
 import tensorflow as tf
 from against_eager import (
@@ -92,3 +93,33 @@ def test_tf_print_equals_eager_and_is_explained(capfd):
     assert not graph_threads()
     assert_coexecuted(terra, plan="segments")
 
+
+
+def check_numerics_step(loop):
+    """A Keras step whose gradients pass through ``tf.debugging.check_numerics`` (never
+    non-finite): an op Python runs for real, which the whole program cannot hand over."""
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    opt = keras.optimizers.SGD(0.01)
+    rng = np.random.RandomState(25)
+    out = []
+    for _i in loop(range(12)):
+        x = rng.randn(8, 4).astype("float32")
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(x) ** 2)
+        grads = tape.gradient(loss, model.trainable_weights)
+        grads = [tf.debugging.check_numerics(g, "bad grad") for g in grads]
+        opt.apply_gradients(zip(grads, model.trainable_weights))
+        out.append(float(loss))
+    return out, [w.numpy() for w in model.weights]
+
+
+def test_check_numerics_leaves_the_program_and_goes_on_in_segments():
+    """Each iteration leaves the program at CheckNumerics; once a leaving run had gone ahead of
+    Python's checks, the next flush met its closed queue and raised ``CancelledError`` out of
+    the user's line (the review's r10): now the iteration leaves the program, and after the
+    fallbacks the loop goes on in segments, equal to eager."""
+    terra = compare(check_numerics_step, WHOLE, at_least=0.4, last=4, plan="segments")
+    assert any("segments from now on" in w for w in terra.caught_warnings), terra.caught_warnings
+    fallbacks = [str(f) for f in terra.explain()]
+    assert fallbacks and all("CheckNumerics" in f or "ahead of Python" in f for f in fallbacks), \
+        fallbacks
