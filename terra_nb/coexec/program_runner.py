@@ -317,6 +317,10 @@ class WholeProgram:
             error = eager_error
             made = [t for t in targets if t[0] < len(ran)]  # eager has what ran before it
             give_values(made, [ran[p][k] for p, k, _ in made])
+            error._terra_iteration = failed_iteration
+            records = failed[0]
+            self.graph.failures.note(error, records[len(ran)][0].node
+                                     if len(ran) < len(records) else None)
         else:
             if not confirmed:  # eager did not fail: the run had gone ahead of a check
                 give_values(targets, values)

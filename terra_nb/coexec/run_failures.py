@@ -65,17 +65,23 @@ class RunFailures:
         if self._failed_generation == self.generation:
             self._recover(executor)
             self.generation += 1
-        if not getattr(error, "_terra_noted", False):
-            error._terra_noted = True
-            node = getattr(error, "_terra_node", None)
-            location = None if node is None else self.where(node)
-            op = "an op" if location is None else f"the op at {location.text}"
-            error.add_note(
-                f"terra-nb: raised by {op} when TensorFlow's executor ran it; Python had already "
-                f"gone on to the line where this surfaced (the next read of a value)."
-            )
-            self._warn_if_late(error, op, location)
+        self.note(error, getattr(error, "_terra_node", None))
         raise error
+
+    def note(self, error: BaseException, node: int | None) -> None:
+        """Before ``error`` (of the op at TraceGraph ``node``, run in iteration
+        ``error._terra_iteration``) is raised where it surfaced: a note naming the op's line, and
+        a warning where eager would have raised it elsewhere (``_warn_if_late``). Once."""
+        if getattr(error, "_terra_noted", False):
+            return
+        error._terra_noted = True
+        location = None if node is None else self.where(node)
+        op = "an op" if location is None else f"the op at {location.text}"
+        error.add_note(
+            f"terra-nb: raised by {op} when TensorFlow's executor ran it; Python had already "
+            f"gone on to the line where this surfaced (the next read of a value)."
+        )
+        self._warn_if_late(error, op, location)
 
     def _warn_if_late(self, error: BaseException, op: str, location) -> None:
         """Say so where eager would have raised the error elsewhere: in an earlier iteration

@@ -17,6 +17,7 @@ import contextlib
 import sys
 import threading
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -533,3 +534,47 @@ def test_a_value_made_before_the_failing_op_is_read_after_it(mode):
         terra = compare(value_made_before_a_failing_op, options, at_least=0.8, last=2)
         assert [s.phase for s in terra.stats][27] == "fallback"  # the failing iteration only
         assert mode != "compiled" or terra.compiled_segments >= 1
+
+
+def last_op_fails_unread(loop):
+    """The failing op (a bad label at iteration 8) is the last op of the try and nothing of it
+    is read there: eager catches it in iteration 8 and goes on (the review's r06)."""
+    rng = np.random.RandomState(0)
+    x, labels = rng.randn(12, 4, 3).astype("float32"), rng.randint(0, 3, size=(12, 4))
+    labels[8, 1] = 5
+    w = tf.Variable(rng.randn(3, 3).astype("float32"))
+    kept, seen = [], []
+    for i in loop(range(12)):
+        try:
+            w.assign_add(tf.ones((3, 3)) * 0.01)
+            kept.append(tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=labels[i], logits=tf.constant(x[i]) @ w)))
+        except tf.errors.InvalidArgumentError:
+            seen.append(i)
+    return seen, w.numpy()
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_an_unread_failure_caught_elsewhere_than_eager_says_so(mode):
+    """Where the failure surfaces depends on timing (in its own try, a later iteration's, or at
+    the iteration's end outside every try in the whole program): wherever that is not where
+    eager catches it, a RuntimeWarning says so, and the error that escapes names the op's line
+    in a note."""
+    eager_seen, eager_w = last_op_fails_unread(lambda it: it)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        escaped = None
+        try:
+            with Terra(**MODES[mode]) as terra:
+                seen, w = last_op_fails_unread(terra.loop)
+        except tf.errors.InvalidArgumentError as error:
+            escaped = error
+    warned = [str(x.message) for x in said if "terra-nb: the op at" in str(x.message)]
+    assert eager_seen == [8]
+    if escaped is None and seen == eager_seen:
+        assert not warned and np.array_equal(w, eager_w)  # caught where eager does
+    else:
+        assert len(warned) == 1 and "test_program_errors.py" in warned[0], warned
+    if escaped is not None:
+        assert any("test_program_errors.py" in n for n in escaped.__notes__)
+    assert [s.phase for s in terra.stats][3:8] == ["coexec"] * 5, [s.phase for s in terra.stats]
