@@ -22,20 +22,23 @@ from types import CodeType
 from .location import is_user_code
 
 Chain = tuple[tuple[CodeType, int], ...]  # (code, instruction offset) per frame, root first
-_TYPE_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_ATTR", "LOAD_FAST", "LOAD_DEREF",
-                         "LOAD_CLASSDEREF", "LOAD_CONST", "BUILD_TUPLE", "NOP", "EXTENDED_ARG"})
 _MATCHES = frozenset({"CHECK_EXC_MATCH", "CHECK_EG_MATCH"})
+# what ends the expression of an except clause's type: a statement of a finally clause, a with
+# block's exit, a re-raise (the type is an expression: names, items, calls; except* copies first)
+_ENDS = frozenset({"POP_TOP", "RERAISE", "POP_EXCEPT", "WITH_EXCEPT_START", "RETURN_VALUE"})
+_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
 
 
-def catching(frames: Chain) -> tuple[tuple[int, CodeType, int], ...]:
+def catching(frames: Chain) -> tuple[tuple[Chain, CodeType, int], ...]:
     """The ``except`` clauses around each user frame's instruction in ``frames``, in the order an
-    exception raised at the innermost frame meets them: (frame depth from the root, code,
-    handler offset). Two chains with equal answers are caught by the same clauses."""
+    exception raised at the innermost frame meets them: (the frames that called that frame, its
+    code, the handler's offset). Two chains with equal answers are caught by the same clauses of
+    the same calls (a function with a ``try`` called twice is two activations of it)."""
     out = []
     for depth in range(len(frames) - 1, -1, -1):
         code, lasti = frames[depth]
         if is_user_code(code):
-            out.extend((depth, code, target) for target in _excepts(code, lasti))
+            out.extend((frames[:depth], code, target) for target in _excepts(code, lasti))
     return tuple(out)
 
 
@@ -81,7 +84,7 @@ def _table(code: CodeType) -> tuple[list, dict[int, bool]]:
 
 def _is_except(instructions: list, i: int | None) -> bool:
     """Whether the handler at ``instructions[i]`` is an ``except`` clause: it pushes the
-    exception, then drops it (a bare ``except:``) or loads a type and matches it."""
+    exception, then drops it (a bare ``except:``) or computes a type and matches it."""
     if i is None or instructions[i].opname != "PUSH_EXC_INFO":
         return False  # a cleanup that re-raises (after a with block or an except body)
     following = instructions[i + 1:]
@@ -90,6 +93,6 @@ def _is_except(instructions: list, i: int | None) -> bool:
     for ins in following:
         if ins.opname in _MATCHES:
             return True
-        if ins.opname not in _TYPE_LOADS:
+        if ins.opname in _ENDS or ins.opname.startswith("STORE_") or ins.opcode in _JUMPS:
             return False  # a with block's exit, or a finally clause's body
     return False

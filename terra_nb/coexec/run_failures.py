@@ -9,7 +9,6 @@ are readable (salvage.py), and a new generation starts. The error names the op's
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import warnings
@@ -19,6 +18,7 @@ from tensorflow.python.eager import record
 
 from .. import capture
 from ..capture import catching
+from ..capture.location import is_user_code
 from .lower import make_segment
 from .salvage import values_before_failure
 from .work_items import WorkItem
@@ -98,10 +98,10 @@ class RunFailures:
                      f"iteration {failed}. The iterations between ran their Python past the "
                      f"failing op")
         elif location is not None and _caught_elsewhere(location.frames):
-            where = (f"in this iteration, and nothing was read between it and the end of the try "
-                     f"around it, so its {name} surfaced outside that try; eager raises it at "
-                     f"the op, where other except clauses (or none) catch it. Python ran past "
-                     f"the failing op")
+            where = (f"in this iteration, and nothing was read after it inside the try around "
+                     f"it (if any), so its {name} surfaced here, among other except clauses than "
+                     f"the op's (or in another call or activation of them); eager raises it at "
+                     f"the op, where those catch it. Python ran past the failing op")
         else:
             return
         warnings.warn(
@@ -163,14 +163,11 @@ def _made(value) -> bool:
     return True
 
 
-_OURS = tuple(os.path.dirname(m.__file__) + os.sep
-              for m in (sys.modules["terra_nb"], sys.modules["tensorflow"]))
-
-
 def _user_level() -> int:
-    """The stack level of the first frame that is neither terra-nb's nor TensorFlow's: the
-    user's line a warning names."""
+    """The stack level of the first frame of the user's code (not terra-nb's, TensorFlow's,
+    Keras's or another library's, through which a value may be read): the line a warning
+    names."""
     frame, level = sys._getframe(2), 2
-    while frame is not None and frame.f_code.co_filename.startswith(_OURS):
+    while frame is not None and not is_user_code(frame.f_code):
         frame, level = frame.f_back, level + 1
     return level

@@ -245,7 +245,7 @@ def test_an_op_error_caught_by_another_try_than_its_ops_says_so():
     assert eager_log[6] == (6, "step failed") and log[6] == (6, "read failed")
     assert log[:6] == eager_log[:6] and log[7:] == eager_log[7:]
     assert v == eager_v and w == eager_w
-    elsewhere = [x for x in said if "surfaced outside that try" in str(x.message)]
+    elsewhere = [x for x in said if "among other except clauses" in str(x.message)]
     assert len(elsewhere) == 1 and elsewhere[0].filename == __file__, [str(x.message) for x in said]
     assert elsewhere[0].lineno == step_then_read_in_another_try.__code__.co_firstlineno + 16
     assert "test_async_executor.py" in str(elsewhere[0].message)

@@ -61,9 +61,45 @@ def test_the_same_try_through_a_with_block_and_another_try_differ():
     assert clauses[0] == clauses[1] and len(clauses[0]) == 1  # the with block is passed over
     assert clauses[2] != clauses[0] and len(clauses[2]) == 1
     assert clauses[3] == ()
-    # the helper's clause first, then the caller's
-    assert len(clauses[4]) == 2 and clauses[4][0][0] > clauses[4][1][0]
+    # the helper's clause first (called from the body), then the caller's
+    assert len(clauses[4]) == 2 and len(clauses[4][0][0]) == 1 and clauses[4][1][0] == ()
     assert clauses[4][1] != clauses[0][0]
+
+
+ERRORS = (ValueError,)
+
+
+def clause_shapes(mark):
+    try:
+        mark()  # 0: an except* clause
+    except* ValueError:
+        pass
+    try:
+        mark()  # 1: a type computed by an expression
+    except ERRORS[0]:
+        pass
+    try:
+        mark()  # 2: a finally clause whose body starts with an expression is no clause
+    finally:
+        _ = ERRORS[0]
+
+
+def test_except_star_and_computed_types_are_clauses():
+    chains = where(clause_shapes)
+    assert [len(catching(c)) for c in chains] == [1, 1, 0]
+
+
+def twice(mark):
+    helper(mark)
+    helper(mark)
+
+
+def test_two_calls_of_one_try_are_two_activations():
+    """The same clause of the same code, reached through two calls: another activation, which
+    would catch an error of the first call late."""
+    first, second = (catching(c) for c in where(twice))
+    assert len(first) == len(second) == 1 and first != second
+    assert first[0][1:] == second[0][1:]  # the same code and handler
 
 
 def finally_only(mark):
