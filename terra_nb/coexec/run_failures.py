@@ -141,18 +141,26 @@ def _caught_elsewhere(frames) -> bool:
 def _failing_node(item: WorkItem, error: BaseException) -> int | None:
     """The TraceGraph node of the op that failed: a compiled segment's error names its graph op
     (``terra_node_N``; an error a function call raises has no op, node_def or payload in TF
-    2.21, only text); an op-by-op run's is its first op whose output was never made."""
+    2.21, only text); an op-by-op run's is its first op whose output was never made, or an op
+    without outputs before it whose type the error's text names."""
     nodes = re.findall(r"terra_node_(\d+)", str(error))
     if nodes:
         return int(nodes[0])
     if not item.env or item.key is None:
         return None
-    for position, outputs in enumerate(item.env):
-        if outputs and not _made(outputs[0]):
-            return item.entries[position].node
-    if len(item.env) < len(item.entries):  # the op after the last one issued
-        return item.entries[len(item.env)].node
-    return None
+    first = next((p for p, outputs in enumerate(item.env) if outputs and not _made(outputs[0])),
+                 len(item.env))
+    if first >= len(item.entries):
+        return None
+    # an op without outputs (a variable's update) that failed leaves nothing unmade: the first
+    # unmade output is the next op's, and the error's text names the op type that failed
+    named = re.search(r"__wrapped__(\w+?)_device_|\[Op:(\w+)\]", str(error))
+    op_type = named and (named.group(1) or named.group(2))
+    if op_type and item.entries[first].op_type != op_type:
+        for p in range(first - 1, -1, -1):
+            if not item.env[p] and item.entries[p].op_type == op_type:
+                return item.entries[p].node
+    return item.entries[first].node
 
 
 def _made(value) -> bool:

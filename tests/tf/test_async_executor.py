@@ -391,3 +391,22 @@ def test_a_compiled_run_ends_with_its_own_stamp(monkeypatch):
     runs = [s for s in terra.spans if s.runner == "graph" and s.kind == "exec"
             and s.iteration >= 4]
     assert len(runs) >= 4 and all(s.compiled and s.duration > 0 for s in runs)
+
+
+def test_a_failing_op_without_outputs_is_named():
+    """A variable's update that fails (an out-of-range ``scatter_nd_update``) has no output to
+    find unmade: the error's note names its line, not the next op's."""
+    v = tf.Variable(np.zeros((5, 2), "float32"))
+    row = np.ones((1, 2), "float32")
+    line = test_a_failing_op_without_outputs_is_named.__code__.co_firstlineno + 10
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised, Terra() as terra:
+        for i in terra.loop(range(8)):
+            try:
+                v.assign_add(tf.ones((5, 2)))
+                v.scatter_nd_update(np.array([[9 if i == 6 else i % 5]]), row)
+            except tf.errors.InvalidArgumentError:
+                pass
+            float(tf.reduce_sum(v))
+    assert any(f"test_async_executor.py:{line}" in note for note in raised.value.__notes__), \
+        raised.value.__notes__
+    assert phases(terra)[6] == "coexec"
