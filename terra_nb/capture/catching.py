@@ -55,6 +55,11 @@ def chain_here(root: CodeType, skip: int = 1) -> Chain:
     return ()
 
 
+def has_except(code: CodeType) -> bool:
+    """Whether ``code`` holds an ``except`` clause (it may catch an error of its own ops)."""
+    return any(_table(code)[1].values())
+
+
 @functools.lru_cache(maxsize=4096)
 def _excepts(code: CodeType, lasti: int) -> tuple[int, ...]:
     """The offsets of the ``except`` handlers an exception at ``lasti`` meets, innermost first."""

@@ -40,6 +40,8 @@ from types import CodeType, ModuleType
 
 import numpy as np
 
+from ..capture.catching import has_except
+
 TRUSTED_PACKAGES = frozenset({
     "keras", "tensorflow", "terra_nb", "numpy", "optree", "tree", "ml_dtypes", "absl",
     "typing_extensions", "namex", "wrapt", "google"})
@@ -127,8 +129,9 @@ def python_verdict(code: CodeType, module: str, user: bool) -> str:
         return f"calls {module}.{code.co_name}, which {what}"
     if module.split(".")[0] in TRUSTED_PACKAGES:
         return VOUCHING
-    if user:
-        return USER
+    if user:  # a region's function would fail where the user's except clause catches
+        return f"{code.co_qualname} has a try/except: a region runs none" if has_except(code) \
+            else USER
     if module in STDLIB_PURE:
         return TRUSTED
     path = os.path.realpath(code.co_filename)

@@ -18,6 +18,7 @@ import time
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 from region_programs import EAGER, compare, formed, rows, state_of
 
 from terra_nb.regions.callee_watch import CalleeWatch
@@ -150,3 +151,22 @@ def test_a_layer_calling_logging_is_refused_and_runs_its_python():
 def test_a_layer_building_local_lists_forms_its_region():
     terra, _, _ = compare(_program(LocalLists), EAGER)
     assert formed(terra, "Sequential.__call__").hits >= 5
+
+
+class Guarded(keras.layers.Layer):
+    """Catches an error of its own op in its call (an index out of range: the input instead)."""
+
+    def call(self, x):
+        try:
+            return tf.gather(x, [0, 1], axis=1) * 2.0
+        except tf.errors.InvalidArgumentError:
+            return x
+
+
+def test_a_layer_with_a_try_is_refused_and_runs_its_python():
+    """A region would run the call's ops as one function, whose error no except clause of the
+    call's Python could catch (the review's F7): refused, saying so."""
+    terra, _, _ = compare(_program(Guarded), EAGER)
+    (row,) = rows(terra, "Sequential.__call__")
+    assert row.state == "refused" and "Guarded.call has a try/except" in row.reason, row.reason
+    assert row.hits == 0
