@@ -42,11 +42,11 @@ def catching(frames: Chain) -> tuple[tuple[Chain, CodeType, int], ...]:
     return tuple(out)
 
 
-def chain_here(root: CodeType, skip: int = 1) -> Chain:
-    """The frame chain of the caller (``skip`` frames up) to the innermost frame running ``root``
-    (the loop's code), root first; empty if no frame runs it (a value read after the loop)."""
+def chain_here(root: CodeType) -> Chain:
+    """The frame chain from the caller to the innermost frame running ``root`` (the loop's
+    code), root first; empty if no frame runs it (a value read after the loop)."""
     frames = []
-    frame = sys._getframe(skip)
+    frame = sys._getframe(1)
     while frame is not None:
         frames.append((frame.f_code, frame.f_lasti))
         if frame.f_code is root:

@@ -93,19 +93,19 @@ class RunFailures:
             return
         name = type(error).__name__
         if self.iteration > failed:
-            where = (f"in iteration {failed}, and nothing of that iteration was read after it, "
-                     f"so its {name} surfaced in iteration {self.iteration}; eager raises it in "
-                     f"iteration {failed}. The iterations between ran their Python past the "
-                     f"failing op")
+            said = (f"in iteration {failed}, and nothing of that iteration was read after it, "
+                    f"so its {name} surfaced in iteration {self.iteration}; eager raises it in "
+                    f"iteration {failed}. The iterations between ran their Python past the "
+                    f"failing op")
         elif location is not None and _caught_elsewhere(location.frames):
-            where = (f"in this iteration, and nothing was read after it inside the try around "
-                     f"it (if any), so its {name} surfaced here, among other except clauses than "
-                     f"the op's (or in another call or activation of them); eager raises it at "
-                     f"the op, where those catch it. Python ran past the failing op")
+            said = (f"in this iteration, and nothing was read after it inside the try around "
+                    f"it (if any), so its {name} surfaced here, among other except clauses than "
+                    f"the op's (or in another call or activation of them); eager raises it at "
+                    f"the op, where those catch it. Python ran past the failing op")
         else:
             return
         warnings.warn(
-            f"terra-nb: {op} failed on TensorFlow's executor {where}, and the updates issued "
+            f"terra-nb: {op} failed on TensorFlow's executor {said}, and the updates issued "
             f"after it were dropped: from here the state may differ from eager's. To catch such "
             f"an error where eager does, read a value of the step (float(loss), say) inside the "
             f"try around the op.", RuntimeWarning, stacklevel=_user_level())
