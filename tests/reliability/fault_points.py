@@ -12,12 +12,13 @@ hooks when a ``Terra`` is open, TensorFlow's own functions otherwise), and deleg
 unchanged. Nothing of terra-nb is touched: terra-nb sees the same calls, from the same frames
 plus one (this module's), which only changes the file:line ``explain()`` names.
 
-What counts as an op: a call that *completes*, issued by the user's step (not by terra-nb, whose
-own eager work, e.g. running a segment op by op in the Python thread, has terra_nb frames above
-it), and that is not a ``ReadVariableOp``: plain eager reads a ``tf.Variable`` inside the C fast
-path without a visible call, while under terra-nb the same read is a visible call, so counting
-reads would shift every later position between eager and terra-nb. Reads change no state, so a
-fault before a read and one before the op consuming it leave the same state.
+What counts as an op: a call that *completes*, issued by the user's step (not by terra-nb, whose own
+eager work, e.g. running a segment op by op in the Python thread, has terra_nb frames above it; not
+by another thread, nor by a finaliser a garbage collection runs in the middle of the step: those are
+listed in ``stray``, not counted), and that is not a ``ReadVariableOp``: plain eager reads a
+``tf.Variable`` inside the C fast path without a visible call, while under terra-nb the same read is
+a visible call, so counting reads would shift every later position between eager and terra-nb. Reads
+change no state, so a fault before a read and one before the op consuming it leave the same state.
 
 Position ``k`` (0 <= k <= ops in the step) is the moment right after the k-th counted op: the
 fault fires at the entry of the next op call (before it reaches terra-nb or TensorFlow), or at the
@@ -26,8 +27,10 @@ end of the step for ``k`` = all ops.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+import threading
 from contextlib import contextmanager
 
 from tensorflow.python import pywrap_tfe
@@ -45,12 +48,18 @@ class OpCounter:
 
     ``action`` runs in the user's thread with counting off, so the ops it issues are its own; it
     may raise (the step then stops there, as when the user's code raises). ``ops`` lists the
-    counted op types of the last step watched."""
+    counted op types of the last step watched, ``counts`` the number of every step watched, and
+    ``stray`` the calls left out as another thread's or a collection's: (op type, position,
+    thread, whether a garbage collection ran)."""
 
     def __init__(self, action=None) -> None:
         self.action = action
         self.ops: list[str] = []
+        self.counts: list[int] = []
+        self.stray: list[tuple] = []
         self._watching = False
+        self._thread = None  # the thread the watched step runs in
+        self._collecting = False  # a garbage collection runs (its finalisers are not the step)
         self._position = -1  # the last position reported in this step
         self._terra_code: dict = {}
 
@@ -60,12 +69,15 @@ class OpCounter:
     def step(self, watched: bool = True):
         """Around one step of the user's loop: count its ops if ``watched``."""
         self.ops, self._position, self._watching = [], -1, watched
+        self._thread = threading.get_ident()
         try:
             yield
             if watched:
                 self._reached()  # the position after the last op
         finally:
             self._watching = False
+            if watched:
+                self.counts.append(len(self.ops))
 
     # -- installing -------------------------------------------------------------------------
 
@@ -76,9 +88,11 @@ class OpCounter:
         inner_execute = execute.execute
         fast, slow = self._wrap(inner_fast, 1), self._wrap(inner_slow, 0)
         pywrap_tfe.TFE_Py_FastPathExecute, execute.quick_execute, execute.execute = fast, slow, slow
+        gc.callbacks.append(self._gc_phase)
         try:
             yield self
         finally:
+            gc.callbacks.remove(self._gc_phase)
             replaced = (pywrap_tfe.TFE_Py_FastPathExecute, execute.quick_execute, execute.execute)
             pywrap_tfe.TFE_Py_FastPathExecute = inner_fast
             execute.quick_execute, execute.execute = inner_slow, inner_execute
@@ -90,7 +104,8 @@ class OpCounter:
         which includes this frame's instruction."""
 
         def counted(*args, **kwargs):
-            watched = self._watching and not self._from_terra(sys._getframe(1))
+            watched = self._watching and not self._from_terra(sys._getframe(1)) \
+                and self._ours(args[op_arg])
             if watched:
                 self._reached()
             out = inner(*args, **kwargs)  # a _FallbackException: not completed, not counted
@@ -100,6 +115,18 @@ class OpCounter:
             return out
 
         return counted
+
+    def _gc_phase(self, phase: str, info: dict) -> None:
+        self._collecting = phase == "start"
+
+    def _ours(self, op_type) -> bool:
+        """Whether a call while a step is watched is the step's: issued in its thread, not by a
+        finaliser of a garbage collection (else it is listed in ``stray``)."""
+        if threading.get_ident() == self._thread and not self._collecting:
+            return True
+        self.stray.append((op_type, len(self.ops), threading.current_thread().name,
+                           self._collecting))
+        return False
 
     def _reached(self) -> None:
         """Report the current position once."""

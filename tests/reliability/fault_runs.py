@@ -98,6 +98,7 @@ def eager_reference(program, counter) -> tuple[list[float], dict[int, list]]:
     states: dict[int, list] = {}
     _step(program, counter, 0, None, None, log)
     counter.action = lambda k: states.__setitem__(k, program.state())
-    with counter.step():
-        log.append(float(program.step(1)))
+    with counter.step():  # the loss read after the step, as ``_step`` reads it
+        loss = program.step(1)
+    log.append(float(loss))
     return log, states
