@@ -292,12 +292,21 @@ def _uninstall() -> None:
     with _install_lock:
         _installs -= 1
         if _installs == 0:
-            pywrap_tfe.TFE_Py_TensorShapeSlice = _originals["shape_slice"]
-            pywrap_tfe.TFE_Py_FastPathExecute = _originals["fast"]
-            execute.quick_execute = _originals["slow"]
-            execute.execute = _originals["execute"]
-            ops._EagerTensorBase._numpy = _originals["numpy"]
+            for owner, name, ours, key in _ENTRY_POINTS:
+                # a wrapper installed on top of the hook (a profiler's, the user's) stays: the
+                # last placeholder's finaliser may remove the hooks at any moment
+                if owner.__dict__.get(name) is ours:
+                    setattr(owner, name, _originals[key])
             replica_threads.uninstall()
+
+
+_ENTRY_POINTS = (  # (where, name, the hook, its original's key)
+    (pywrap_tfe, "TFE_Py_TensorShapeSlice", _tensor_shape_slice, "shape_slice"),
+    (pywrap_tfe, "TFE_Py_FastPathExecute", _fast_path_execute, "fast"),
+    (execute, "quick_execute", _quick_execute, "slow"),
+    (execute, "execute", _quick_execute, "execute"),
+    (ops._EagerTensorBase, "_numpy", _numpy, "numpy"),
+)
 
 
 def hold_placeholders() -> None:

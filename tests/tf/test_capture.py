@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from tensorflow.python import pywrap_tfe
-from tensorflow.python.eager import execute
+from tensorflow.python.eager import context, execute
 from tensorflow.python.framework import ops
 
 from terra_nb import capture
@@ -64,6 +64,31 @@ def test_uninstall_restores_tensorflow_exactly():
     )
     assert after == before
     assert not capture.is_installed()
+
+
+def test_a_wrapper_installed_over_the_hooks_stays_when_they_go():
+    """The hooks go when the last placeholder is collected, at any moment: a wrapper installed
+    on top of them meanwhile (a profiler's, the user's) stays in place, and still runs ops."""
+    for _ in range(3):
+        gc.collect()
+    assert not capture.is_installed()
+    calls = []
+    with capture.capturing(ListSink()):
+        hooked = execute.execute
+
+        def wrapper(*args, **kwargs):
+            calls.append(args[0])
+            return hooked(*args, **kwargs)
+
+        execute.execute = wrapper
+    try:
+        assert not capture.is_installed() and execute.execute is wrapper
+        assert pywrap_tfe.TFE_Py_FastPathExecute is not hooked  # the others were restored
+        out = execute.execute("AddV2", 1, [tf.constant(1.0), tf.constant(2.0)],
+                              ("T", tf.float32.as_datatype_enum), context.context())
+        assert calls == ["AddV2"] and float(out[0]) == 3.0
+    finally:
+        execute.execute = capture.hooks._originals["execute"]
 
 
 def test_fast_and_slow_path_ops_recorded_once():
