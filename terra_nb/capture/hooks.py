@@ -63,6 +63,7 @@ _install_lock = threading.Lock()
 _installs = 0
 _holds = 0  # > 0 while placeholders may be alive: swap them for their values
 _originals: dict[str, Any] = {}
+_installed: list[tuple] = []  # the entry points the hooks replaced: what removing restores
 
 
 _MAY_HOLD = (Placeholder, list, tuple)
@@ -279,11 +280,9 @@ def _install() -> None:
         if _installs == 0:
             _remember_originals()
             replica_threads.install(_thread_state, _adopt)
-            pywrap_tfe.TFE_Py_TensorShapeSlice = _tensor_shape_slice
-            pywrap_tfe.TFE_Py_FastPathExecute = _fast_path_execute
-            execute.quick_execute = _quick_execute
-            execute.execute = _quick_execute
-            ops._EagerTensorBase._numpy = _numpy
+            _installed[:] = _entry_points()
+            for owner, name, hook, _key in _installed:
+                setattr(owner, name, hook)
         _installs += 1
 
 
@@ -292,21 +291,25 @@ def _uninstall() -> None:
     with _install_lock:
         _installs -= 1
         if _installs == 0:
-            for owner, name, ours, key in _ENTRY_POINTS:
+            for owner, name, hook, key in _installed:
                 # a wrapper installed on top of the hook (a profiler's, the user's) stays: the
                 # last placeholder's finaliser may remove the hooks at any moment
-                if owner.__dict__.get(name) is ours:
+                if owner.__dict__.get(name) is hook:
                     setattr(owner, name, _originals[key])
             replica_threads.uninstall()
 
 
-_ENTRY_POINTS = (  # (where, name, the hook, its original's key)
-    (pywrap_tfe, "TFE_Py_TensorShapeSlice", _tensor_shape_slice, "shape_slice"),
-    (pywrap_tfe, "TFE_Py_FastPathExecute", _fast_path_execute, "fast"),
-    (execute, "quick_execute", _quick_execute, "slow"),
-    (execute, "execute", _quick_execute, "execute"),
-    (ops._EagerTensorBase, "_numpy", _numpy, "numpy"),
-)
+def _entry_points() -> tuple:
+    """(where, name, the hook, its original's key) for each TensorFlow entry point hooked. The
+    hooks are looked up when installing, so a wrapper of a hook set on this module before
+    (benchmarks/capture_overhead.py's clock) is what is installed, and what removing looks for."""
+    return (
+        (pywrap_tfe, "TFE_Py_TensorShapeSlice", _tensor_shape_slice, "shape_slice"),
+        (pywrap_tfe, "TFE_Py_FastPathExecute", _fast_path_execute, "fast"),
+        (execute, "quick_execute", _quick_execute, "slow"),
+        (execute, "execute", _quick_execute, "execute"),
+        (ops._EagerTensorBase, "_numpy", _numpy, "numpy"),
+    )
 
 
 def hold_placeholders() -> None:
