@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from ..capture.functions import function_def, kernel_state
 from ..capture.signature import op_info
-from .lower import Segment
+from .lower import Segment, interpretable
 from .rental import Rental
 
 COMPILE_BASE_S = 0.015  # a new segment's compile and first run, before its ops ...
@@ -67,6 +67,7 @@ class Young(Rental):
     call_share: float = 0.0  # of a run's time, in its calls (mean of the runs that timed them)
     timed: int = 0  # runs that timed their calls
     kernel_state: bool = False  # an op keeps state in its kernel: never compiled
+    interpretable: bool = True  # ``run_segment`` can run it (else it is compiled at once)
 
     def times_calls(self) -> bool:
         """Whether the run issued now stamps its calls (``submitted`` counts it already)."""
@@ -115,7 +116,8 @@ class CompilePolicy:
             segment = make()
             young = self._young[key] = Young(
                 segment=segment, estimate=compile_estimate(segment), call_ops=_call_ops(segment),
-                kernel_state=any(kernel_state(op.op_type) for op in segment.ops))
+                kernel_state=any(kernel_state(op.op_type) for op in segment.ops),
+                interpretable=interpretable(segment))
         return young
 
     def worth_compiling(self, key: tuple) -> bool:

@@ -62,12 +62,13 @@ def issuing_into(executor):
         pywrap_tfe.TFE_DeleteExecutor(previous)  # an unowned wrapper: nothing waits
 
 
-def stamp(executor):
-    """A ``Timestamp`` op issued into ``executor``: a pending float64 of seconds (``time.time``'s
-    clock) when the executor reached it; None if the executor holds a failure."""
+def stamp(executor=None):
+    """A ``Timestamp`` op issued into ``executor`` (None: the one this thread issues into, inside
+    ``issuing_into``): a pending float64 of seconds (``time.time``'s clock) when the executor
+    reached it; None if the executor holds a failure."""
     ctx = context.context()
     try:
-        with issuing_into(executor):
+        with issuing_into(executor) if executor is not None else contextlib.nullcontext():
             return pywrap_tfe.TFE_Py_Execute(ctx._handle, None, "Timestamp", [], (), 1)[0]
     except Exception:  # noqa: BLE001 - the executor's failure, confirmed in order
         return None

@@ -136,7 +136,7 @@ class GraphRunner:
         # whose ops keep kernel state (a random op's stream): compiled, it would start again
         due = (self.compile_after <= 1 or sightings >= self.compile_after and (
             self.xla or self.policy.worth_compiling(item.key))) and not young.kernel_state
-        if due or not interpretable(young.segment):
+        if due or not young.interpretable:
             self.policy.compiled(item.key)
             return None
         item.young = young
@@ -238,8 +238,7 @@ class GraphRunner:
         calls = item.calls if young is not None and young.times_calls() else None
         item.env, item.unchecked, item.compiled = [], True, False
         with issuing_into(self.executor):
-            return run_segment(segment, args, self.handles, calls, item.env,
-                               lambda: stamp(self.executor))
+            return run_segment(segment, args, self.handles, calls, item.env, stamp)
 
     def _compile(self, item: WorkItem):
         """The compiled function of ``item``'s segment (its output shapes checked against the

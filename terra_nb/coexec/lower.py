@@ -20,7 +20,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
-from tensorflow.python.eager import context, execute, record
+from tensorflow.python import pywrap_tfe
+from tensorflow.python.eager import context, core, record
 from tensorflow.python.framework import (
     op_def_library,
     op_def_library_pybind,
@@ -263,13 +264,22 @@ def run_segment(segment: Segment, args: list, handles: dict[int, Any],
         # ``after`` is a pending tensor: its truth would wait for the executor to reach it
         before = (stamp() if after is None else after) if timed else None
         with _on(op.device):
-            outputs = execute.execute(op.op_type, op.n_outputs, _inputs(op, env, args, handles),
-                                      attrs, ctx)
+            outputs = _execute(op, _inputs(op, env, args, handles), attrs, ctx)
         after = stamp() if timed else None
         if timed:
             calls.append((before, after))
         env.append(outputs or [])
     return [env[p][k] for p, k in segment.returns]
+
+
+def _execute(op: SegmentOp, inputs: list, attrs: tuple, ctx) -> list:
+    """``execute.quick_execute`` without its Python layers (the capture hook's pass-through
+    among them): an op-by-op run issues every op of a segment, every run."""
+    try:
+        return pywrap_tfe.TFE_Py_Execute(ctx._handle, ctx.device_name, op.op_type, inputs,
+                                         attrs, op.n_outputs)
+    except core._NotOkStatusException as error:
+        raise core._status_to_exception(error) from None
 
 
 def real_argument(value: Any, dtype: str):
@@ -295,9 +305,10 @@ def real_argument(value: Any, dtype: str):
 
 
 @functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096)  # an op-by-op run converts its ops' attrs on every run
 def eager_attrs(op_type: str, attrs: tuple) -> tuple:
     """Normalised attrs (see attrs.py) in the flat form eager execution takes (a function call's
-    are its config strings)."""
+    are its config strings). The answer is shared: read it, never change it."""
     op_def = op_def_registry.get(op_type)
     if op_def is None:
         return tuple(x for name, value in attrs for x in (name, string_attr(value)))
