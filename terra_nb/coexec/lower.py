@@ -256,6 +256,7 @@ def run_segment(segment: Segment, args: list, handles: dict[int, Any],
     ran before a failing op stays readable, as in eager). The caller keeps this thread's capture
     hooks and gradient tapes out of it."""
     ctx = context.context()
+    ctx.ensure_initialized()  # (``_execute`` passes its handle straight to TensorFlow)
     env = [] if env is None else env
     after = None  # the stamp after the previous op, if it called a function
     for op in segment.ops:
@@ -305,7 +306,6 @@ def real_argument(value: Any, dtype: str):
 
 
 @functools.lru_cache(maxsize=4096)
-@functools.lru_cache(maxsize=4096)  # an op-by-op run converts its ops' attrs on every run
 def eager_attrs(op_type: str, attrs: tuple) -> tuple:
     """Normalised attrs (see attrs.py) in the flat form eager execution takes (a function call's
     are its config strings). The answer is shared: read it, never change it."""
