@@ -20,7 +20,7 @@ from .. import capture
 from ..capture import catching
 from ..capture.location import is_user_code
 from .lower import make_segment
-from .salvage import values_before_failure
+from .salvage import made_value, values_before_failure
 from .work_items import WorkItem
 
 
@@ -124,7 +124,8 @@ class RunFailures:
             return
         segment = make_segment(item.key, item.entries)
         with capture.bypass(), record.stop_recording():
-            salvaged = values_before_failure(segment, item.args, self.handles, item.returns)
+            salvaged = values_before_failure(segment, item.args, self.handles, item.returns,
+                                             item.env)
         for placeholder, value in salvaged:
             placeholder.resolve(value)
             placeholder.bind(None)
@@ -148,8 +149,9 @@ def _failing_node(item: WorkItem, error: BaseException) -> int | None:
         return int(nodes[0])
     if not item.env or item.key is None:
         return None
-    first = next((p for p, outputs in enumerate(item.env) if outputs and not _made(outputs[0])),
-                 len(item.env))
+    first = next(
+        (p for p, outputs in enumerate(item.env) if outputs and not made_value(outputs[0])),
+        len(item.env))
     if first >= len(item.entries):
         return None
     # an op without outputs (a variable's update) that failed leaves nothing unmade: the first
@@ -161,14 +163,6 @@ def _failing_node(item: WorkItem, error: BaseException) -> int | None:
             if not item.env[p] and item.entries[p].op_type == op_type:
                 return item.entries[p].node
     return item.entries[first].node
-
-
-def _made(value) -> bool:
-    try:
-        value._shape_tuple()
-    except Exception:  # noqa: BLE001 - poisoned: dropped or failed
-        return False
-    return True
 
 
 def _user_level() -> int:

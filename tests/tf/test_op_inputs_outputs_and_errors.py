@@ -1,11 +1,11 @@
 """What ops take and give back equals eager: lists an op returned and changed by Python, numpy
 buffers reused after the op, ``set_shape``, output shapes that depend on values, tuple shape
-arguments, one Python number fed to inputs of two dtypes; and what errors do: a runtime error in
-the graph caught while the loop goes on, a failing op stopping the side effects issued after it,
-an op failing on real values after one that failed in the graph (eager raises the first), strict
-mode; an output keyed by ``ref()``. (Each once broke co-execution; they stay as regressions.)
-Each also asserts what ran (what_ran.py): every iteration after the two traced ones co-executed,
-in segments."""
+arguments, one Python number fed to inputs of two dtypes; and what errors do: a runtime error in the
+graph caught while the loop goes on, a failing op stopping the side effects issued after it, an op
+failing on real values after one that failed in the graph (eager raises the first), strict mode, a
+value made before a failing write read afterwards; an output keyed by ``ref()``. (Each once broke
+co-execution; they stay as regressions.) Each also asserts what ran (what_ran.py): every iteration
+after the two traced ones co-executed, in segments."""
 
 import numpy as np
 import pytest
@@ -217,3 +217,40 @@ def test_an_op_failing_on_real_values_raises_a_failure_the_graph_had_before_it(p
     assert co == plain
     assert [i for i, *_ in plain[0]] == [9]  # eager raised once: the gather on w * y
     assert_coexecuted(terra, at_least=0.5)
+
+
+def scatter_failing_at_6(loop):
+    """A sum made before a scatter (an op without outputs, its segment's first write) that fails
+    at iteration 6, and read in the except clause (the adversarial review of 2026-12-07, r2)."""
+    v = tf.Variable(tf.zeros((5,)))
+    out = []
+    for i in loop(range(12)):
+        idx = np.array([i % 5, 7 if i == 6 else 1], "int32")
+        before = tf.reduce_sum(v) * 2.0
+        try:
+            v.scatter_add(tf.IndexedSlices(tf.ones([2]), idx))
+            out.append(float(tf.reduce_sum(v)))
+        except tf.errors.InvalidArgumentError:
+            out.append(("failed", float(before)))
+    return out, v.numpy().tolist()
+
+
+def test_a_value_made_before_a_failing_write_stays_readable():
+    """Run op by op (a short loop's young segment), the failed run's values made before the
+    scatter are real, and taken as they are."""
+    plain = scatter_failing_at_6(lambda it: it)
+    with Terra() as terra:
+        co = scatter_failing_at_6(terra.loop)
+    assert co == plain and plain[0][6][0] == "failed"
+    assert phases(terra)[6] == "coexec" and terra.runs_op_by_op > 0
+    assert_coexecuted(terra, at_least=0.75)
+
+
+def test_compiled_a_value_made_before_a_failing_write_raises_when_read():
+    """Compiled, the failed run gave none of its values, and the ops before the scatter cannot
+    run again (the scatter may have applied part of its update, as eager's did): reading one
+    raises the failure again, never another value (README, Known limits)."""
+    failure = pytest.raises(tf.errors.InvalidArgumentError, match="7 is not in")
+    with failure, Terra(compile_after=1) as terra:
+        scatter_failing_at_6(terra.loop)
+    assert phases(terra)[6] == "coexec" and terra.runs_op_by_op == 0
