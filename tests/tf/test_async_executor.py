@@ -410,3 +410,49 @@ def test_a_failing_op_without_outputs_is_named():
     assert any(f"test_async_executor.py:{line}" in note for note in raised.value.__notes__), \
         raised.value.__notes__
     assert phases(terra)[6] == "coexec"
+
+
+def index_from_the_last_step(loop, raised: list) -> None:
+    """Each iteration makes an index (an op) before it reads the last step's value in a try,
+    then gathers with it; the gather of iteration 9 fails, and nothing of that step is read in
+    its own try (the adversarial review's r2_cascade, 2026-12-07)."""
+    v, z = tf.Variable(1.0), tf.Variable(0)
+    table = tf.constant([1.0, 2.0, 3.0])
+    prev = None
+    for i in loop(range(14)):
+        j = (7 if i == 9 else i % 3) + z
+        if prev is not None:
+            try:
+                float(prev)
+            except tf.errors.InvalidArgumentError as error:
+                raised.append((i, "read", type(error)))
+        prev = v * 2.0
+        try:
+            v.assign_add(tf.gather(table, j) * 0.01)
+        except tf.errors.InvalidArgumentError as error:
+            raised.append((i, "op", type(error)))
+
+
+def test_a_value_dropped_with_an_unread_failure_raises_that_failure_where_it_is_used():
+    """Iteration 10's index was issued after the failing gather, and dropped with it. The
+    gather that takes it is issued once Python was told of the failure: it fails with the
+    gather's error (README, Known limits: values kept from dropped runs raise the failure), not
+    with terra-nb's internal 'the value of node N was not kept'."""
+    eager: list = []
+    index_from_the_last_step(lambda it: it, eager)
+    assert eager == [(9, "op", tf.errors.InvalidArgumentError)]
+    raised: list = []
+    escaped = None
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        try:
+            with Terra() as terra:
+                index_from_the_last_step(terra.loop, raised)
+        except Exception as error:  # noqa: BLE001 - what escaped the loop is asserted
+            escaped = error
+    assert escaped is None or type(escaped) is tf.errors.InvalidArgumentError, repr(escaped)
+    assert raised[0] == (11, "read", tf.errors.InvalidArgumentError), raised
+    assert {kind for _, _, kind in raised} == {tf.errors.InvalidArgumentError}
+    assert any("surfaced in iteration 11" in str(w.message) for w in said)
+    assert phases(terra)[9] == "coexec"
+    assert_coexecuted(terra, at_least=0.5)
