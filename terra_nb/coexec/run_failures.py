@@ -70,40 +70,47 @@ class RunFailures:
 
     def note(self, error: BaseException, node: int | None) -> None:
         """Before ``error`` (of the op at TraceGraph ``node``, run in iteration
-        ``error._terra_iteration``) is raised where it surfaced: a note naming the op's line, and
-        a warning where eager would have raised it elsewhere (``_warn_if_late``). Once."""
-        if getattr(error, "_terra_noted", False):
-            return
-        error._terra_noted = True
+        ``error._terra_iteration``) is raised where it surfaced: a note naming the op's line
+        (once), and a warning where eager would have raised it elsewhere (``_warn_if_late``;
+        each time: a value the failed run was to make raises it again wherever it is read)."""
         location = None if node is None else self.where(node)
         op = "an op" if location is None else f"the op at {location.text}"
-        error.add_note(
-            f"terra-nb: raised by {op} when TensorFlow's executor ran it; Python had already "
-            f"gone on to the line where this surfaced (the next read of a value)."
-        )
-        self._warn_if_late(error, op, location)
+        again = getattr(error, "_terra_noted", False)
+        if not again:
+            error._terra_noted = True
+            error.add_note(
+                f"terra-nb: raised by {op} when TensorFlow's executor ran it; Python had already "
+                f"gone on to the line where this surfaced (the next read of a value)."
+            )
+        self._warn_if_late(error, op, location, again)
 
-    def _warn_if_late(self, error: BaseException, op: str, location) -> None:
+    def _warn_if_late(self, error: BaseException, op: str, location, again: bool) -> None:
         """Say so where eager would have raised the error elsewhere: in an earlier iteration
         (the iterations between ran their Python past it), or inside other ``except`` clauses
-        than where it surfaced (``catching``: another clause, or none, catches it). Either way
-        the state goes on from another point than eager's."""
+        than where it surfaced (``catching``: another clause, or none, catches it); ``again``:
+        raised before, now by a value its run was to make. Either way the state goes on from
+        another point than eager's."""
         failed = getattr(error, "_terra_iteration", None)
         if failed is None:
             return
+        later = self.iteration > failed
+        if not later and (location is None or not _caught_elsewhere(location.frames)):
+            return
         name = type(error).__name__
-        if self.iteration > failed:
+        if again:
+            said = (f"in iteration {failed}, and a value its run was to make, read here, raises "
+                    f"its {name} again where eager reads the value (README, Known limits: what "
+                    f"a failed run leaves readable)")
+        elif later:
             said = (f"in iteration {failed}, and nothing of that iteration was read after it, "
                     f"so its {name} surfaced in iteration {self.iteration}; eager raises it in "
                     f"iteration {failed}. The iterations between ran their Python past the "
                     f"failing op")
-        elif location is not None and _caught_elsewhere(location.frames):
+        else:
             said = (f"in this iteration, and nothing was read after it inside the try around "
                     f"it (if any), so its {name} surfaced here, among other except clauses than "
                     f"the op's (or in another call or activation of them); eager raises it at "
                     f"the op, where those catch it. Python ran past the failing op")
-        else:
-            return
         warnings.warn(
             f"terra-nb: {op} failed on TensorFlow's executor {said}, and the updates issued "
             f"after it were dropped: from here the state may differ from eager's. To catch such "

@@ -7,6 +7,8 @@ value made before a failing write read afterwards; an output keyed by ``ref()``.
 co-execution; they stay as regressions.) Each also asserts what ran (what_ran.py): every iteration
 after the two traced ones co-executed, in segments."""
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -249,8 +251,13 @@ def test_a_value_made_before_a_failing_write_stays_readable():
 def test_compiled_a_value_made_before_a_failing_write_raises_when_read():
     """Compiled, the failed run gave none of its values, and the ops before the scatter cannot
     run again (the scatter may have applied part of its update, as eager's did): reading one
-    raises the failure again, never another value (README, Known limits)."""
+    raises the failure again, never another value (README, Known limits), with a warning."""
     failure = pytest.raises(tf.errors.InvalidArgumentError, match="7 is not in")
-    with failure, Terra(compile_after=1) as terra:
-        scatter_failing_at_6(terra.loop)
+    with warnings.catch_warnings(record=True) as said, failure:
+        warnings.simplefilter("always")
+        with Terra(compile_after=1) as terra:
+            scatter_failing_at_6(terra.loop)
     assert phases(terra)[6] == "coexec" and terra.runs_op_by_op == 0
+    # eager reads the value there: a warning says so, as for any error raised where eager's is not
+    again = [w for w in said if "raises its InvalidArgumentError again" in str(w.message)]
+    assert len(again) == 1 and again[0].filename == __file__, [str(w.message) for w in said]
