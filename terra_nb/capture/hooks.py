@@ -280,7 +280,8 @@ def _install() -> None:
         if _installs == 0:
             _remember_originals()
             replica_threads.install(_thread_state, _adopt)
-            _installed[:] = _entry_points()
+            if list(points := _entry_points()) != _installed:  # (kept: gc.freeze's objects stay)
+                _installed[:] = points
             for owner, name, hook, _key in _installed:
                 setattr(owner, name, hook)
         _installs += 1
