@@ -33,7 +33,6 @@ import tensorflow as tf
 from tensorflow.python.eager import executor, record
 
 from .. import capture
-from ..capture.placeholder import Placeholder
 from ..errors import TerraError
 from .compile_policy import CompilePolicy
 from .completion import Completions, issuing_into, read, stamp
@@ -202,7 +201,7 @@ class GraphRunner:
         if isinstance(function, Segment):  # it cannot be compiled: its ops run one by one
             return self._run_op_by_op(item, function)
         specs = function.cf.structured_input_signature[0]
-        args = self._arguments(item, [spec.dtype for spec in specs])
+        args = [real_argument(a, spec.dtype) for a, spec in zip(item.args, specs)]
         item.issued = time.perf_counter()  # after its compile: the executor had no part in it
         with issuing_into(self.executor):
             values = function(*args)
@@ -234,23 +233,12 @@ class GraphRunner:
     def _run_op_by_op(self, item: WorkItem, segment: Segment) -> list:
         self.interpreted += 1
         item.issued = time.perf_counter()
-        args = self._arguments(item, [dtype for dtype, _ in segment.args])
+        args = [real_argument(a, dtype) for a, (dtype, _) in zip(item.args, segment.args)]
         young = item.young
         calls = item.calls if young is not None and young.times_calls() else None
         item.env, item.unchecked, item.compiled = [], True, False
         with issuing_into(self.executor):
             return run_segment(segment, args, self.handles, calls, item.env, stamp)
-
-    def _arguments(self, item: WorkItem, dtypes: list) -> list:
-        """``item``'s arguments as tensors. A value made by a run of an earlier generation (it
-        ended in a failure Python was told of) is known once that run is confirmed: run before
-        the failing op, or dropped after it (``real_argument`` raises the failure then, not an
-        internal error: the review's r2_cascade)."""
-        for arg in item.args:
-            made_by = getattr(arg, "item", None) if isinstance(arg, Placeholder) else None
-            if made_by is not None and made_by.generation != item.generation:
-                self.completions.wait(made_by)
-        return [real_argument(a, dtype) for a, dtype in zip(item.args, dtypes)]
 
     def _compile(self, item: WorkItem):
         """The compiled function of ``item``'s segment (its output shapes checked against the
@@ -306,7 +294,12 @@ class GraphRunner:
         self.failures.failed(item, error)
 
     def deliver(self, error: BaseException) -> None:
-        """Raise ``error`` in Python (see ``RunFailures.deliver``)."""
+        """Raise ``error`` in Python (see ``RunFailures.deliver``). Told of a failure, every run
+        of its generation is confirmed first: a value that one dropped raises the failure where
+        a later run takes it (``real_argument``), not an internal error (the review's
+        r2_cascade: an argument of a run not confirmed yet was neither made nor failed)."""
+        if self.failures.pending:
+            self._wait_items()
         self.failures.deliver(error, self.executor)
 
     @property

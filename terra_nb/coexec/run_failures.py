@@ -20,7 +20,7 @@ from .. import capture
 from ..capture import catching
 from ..capture.location import is_user_code
 from .lower import make_segment
-from .salvage import made_value, values_before_failure
+from .salvage import made_shape, values_before_failure
 from .work_items import WorkItem
 
 
@@ -157,7 +157,7 @@ def _failing_node(item: WorkItem, error: BaseException) -> int | None:
     if not item.env or item.key is None:
         return None
     first = next(
-        (p for p, outputs in enumerate(item.env) if outputs and not made_value(outputs[0])),
+        (p for p, outputs in enumerate(item.env) if outputs and made_shape(outputs[0]) is None),
         len(item.env))
     if first >= len(item.entries):
         return None

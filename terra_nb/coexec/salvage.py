@@ -46,16 +46,14 @@ def values_before_failure(segment: Segment, args: list, handles: dict[int, Any],
 def _made_values(returns: list, segment: Segment, env: list[list]) -> list[tuple]:
     """The placeholders among ``returns`` whose value the run's ops (their outputs: ``env``)
     made, with the shape traced."""
-    made = [(ph, env[p][k]) for ph, (p, k) in zip(returns, segment.returns)
-            if p < len(env) and k < len(env[p]) and made_value(env[p][k])]
-    return [(ph, value) for ph, value in made if value._shape_tuple() == ph.sig[1]]
+    return [(ph, env[p][k]) for ph, (p, k) in zip(returns, segment.returns)
+            if p < len(env) and k < len(env[p]) and made_shape(env[p][k]) == ph.sig[1]]
 
 
-def made_value(value) -> bool:
-    """Whether ``value`` (an op's output, from the executor) was made: not poisoned by a failure
-    before it, nor dropped."""
+def made_shape(value) -> tuple | None:
+    """The shape of ``value`` (an op's output, from the executor); None if it was never made
+    (poisoned by a failure before it, or dropped)."""
     try:
-        value._shape_tuple()
+        return value._shape_tuple()
     except Exception:  # noqa: BLE001 - poisoned: dropped or failed
-        return False
-    return True
+        return None
